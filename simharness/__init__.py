@@ -1,0 +1,28 @@
+"""simharness: Megatron-Core process-group layouts, simulated, checked and replayed.
+
+The core (config, grid, plan, layout, checks) is pure: it never imports
+``torch.distributed``. ``simharness.replay`` is the only part that does.
+"""
+
+from .checks import check
+from .config import DEFAULT_MCORE, MCORE_PROFILES, ParallelismConfig
+from .errors import GroupNotInitialized, LayoutError, SimharnessError
+from .findings import Finding
+from .layout import Collectives, Layout, RankView, build_layout
+from .plan import GroupCreation
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "Collectives", "DEFAULT_MCORE", "Finding", "GroupCreation", "GroupNotInitialized", "Layout",
+    "LayoutError", "MCORE_PROFILES", "ParallelismConfig", "RankView", "SimharnessError",
+    "__version__", "build_layout", "check", "verify_live",
+]
+
+
+def __getattr__(name):
+    if name == "verify_live":  # lazy: replay imports torch.distributed
+        from .replay import verify_live
+
+        return verify_live
+    raise AttributeError(f"module 'simharness' has no attribute {name!r}")

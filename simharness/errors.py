@@ -1,0 +1,34 @@
+"""Typed errors raised by simharness.
+
+Every error carries the offending values in its message and says how to fix
+them; the CLI prints ``error: <message>`` and exits 2.
+"""
+
+
+class SimharnessError(Exception):
+    """Base class of every error simharness raises on bad input."""
+
+
+class LayoutError(SimharnessError, ValueError):
+    """A parallelism configuration that Megatron-Core or NeMo would reject.
+
+    ``megatron_error`` names the exception type Megatron raises for the same
+    input (``"RuntimeError"``, ``"AssertionError"``, ``"ValueError"``,
+    ``"TypeError"``) or ``None`` where only simharness rejects it.
+    """
+
+    def __init__(self, message: str, *, megatron_error: str | None = None, **values):
+        super().__init__(message)
+        self.megatron_error = megatron_error
+        self.values = values
+
+
+class GroupNotInitialized(SimharnessError, LookupError):
+    """A Megatron getter asked for a group that does not exist on that rank.
+
+    Megatron raises ``AssertionError`` with ``message`` (e.g. the 0.16 getter
+    ``get_data_parallel_group(with_context_parallel=True,
+    independent_all_gather=True)`` when ``create_all_gather_group`` is off).
+    """
+
+    megatron_error = "AssertionError"

@@ -1,0 +1,218 @@
+"""A vectorised equivalent of Megatron-Core's ``RankGenerator``.
+
+Megatron's ``generate_masked_orthogonal_rank_groups(world, sizes, mask)``
+enumerates, for every value of the *unmasked* dimensions (leftmost fastest),
+one group whose members run over the *masked* dimensions (leftmost fastest);
+dimension ``k`` has stride ``prod(sizes[:k])``. Here the same groups come out of
+one ``transpose`` + ``reshape`` of ``arange(world)``, and a single rank's group
+is found arithmetically.
+
+Worked example, W=16, tp=2, cp=2, dp=2, pp=2, order ``tp-cp-ep-dp-pp``
+(``rank = tp + 2*cp + 4*dp + 8*pp``):
+
+>>> g = Grid.from_sizes("tp-cp-ep-dp-pp", tp=2, cp=2, ep=1, dp=2, pp=2)
+>>> g.groups("dp-cp").tolist()
+[[0, 2, 4, 6], [1, 3, 5, 7], [8, 10, 12, 14], [9, 11, 13, 15]]
+>>> g.locate("dp-cp", 12)
+(2, 3)
+>>> g.members("dp-cp", 2).tolist()
+[8, 10, 12, 14]
+
+Like Megatron, a dimension of size 1 missing from the order is appended, the
+token order inside a query does not matter (``dp-cp`` == ``cp-dp``) and
+``rank_offset`` is added to every rank.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from functools import lru_cache
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from .errors import LayoutError
+
+if TYPE_CHECKING:  # pragma: no cover
+    from .config import ParallelismConfig
+
+RANK_DTYPE = np.int64
+
+
+@dataclass(frozen=True)
+class Grid:
+    """Dimension names, sizes (in order-string order) and a rank offset."""
+
+    names: tuple[str, ...]
+    sizes: tuple[int, ...]
+    offset: int = 0
+
+    # ---------------------------------------------------------------- build
+    @classmethod
+    def from_sizes(cls, order: str, offset: int = 0, **sizes: int) -> "Grid":
+        """Megatron's ``RankGenerator(order=..., **sizes, rank_offset=offset)``.
+
+        Unknown tokens and dimensions of size > 1 missing from the order raise
+        :class:`LayoutError`; size-1 dimensions missing are appended in the
+        order Megatron iterates its ``name_to_size`` dict (the keyword order).
+        """
+        low = order.lower()
+        for name, size in sizes.items():
+            if name not in low:
+                if size != 1:
+                    raise LayoutError(
+                        f"order {order!r} has no {name!r} but its size is {size}; add it.",
+                        megatron_error="RuntimeError", order=order)
+                low = f"{low}-{name}"
+        names = tuple(low.split("-"))
+        for t in names:
+            if t not in sizes:
+                raise LayoutError(f"order {order!r} has unknown token {t!r}.",
+                                  megatron_error="KeyError", order=order)
+        return cls(names, tuple(int(sizes[t]) for t in names), int(offset))
+
+    @classmethod
+    def dense(cls, cfg: "ParallelismConfig", *, order: str | None = None,
+              offset: int | None = None, gtp_token: bool = False) -> "Grid":
+        """The decoder generator of ``initialize_model_parallel``.
+
+        ``gtp_token`` adds the 0.19 ``gtp_remat`` dimension (see ``profiles``).
+        """
+        sizes = dict(tp=cfg.tp, pp=cfg.pp, dp=cfg.dp, ep=1, cp=cfg.cp)
+        order = cfg.order if order is None else order
+        if gtp_token or cfg.gtp_remat_size > 1:
+            sizes["gtp_remat"] = cfg.gtp_remat_size
+            order = inject_gtp(order, after="tp")
+        return cls.from_sizes(order, cfg.rank_offset if offset is None else offset, **sizes)
+
+    @classmethod
+    def expert(cls, cfg: "ParallelismConfig", *, order: str | None = None,
+               offset: int | None = None, gtp_token: bool = False) -> "Grid":
+        """The expert generator: ``tp=etp, ep, dp=expert dp, pp, cp=1``."""
+        sizes = dict(tp=cfg.etp, pp=cfg.pp, dp=cfg.edp, ep=cfg.ep, cp=1)
+        order = cfg.order if order is None else order
+        if gtp_token or cfg.expert_gtp_remat_size > 1:
+            sizes["gtp_remat"] = cfg.expert_gtp_remat_size
+            order = inject_gtp(order, after="ep")
+        return cls.from_sizes(order, cfg.rank_offset if offset is None else offset, **sizes)
+
+    # ------------------------------------------------------------- geometry
+    @property
+    def world_size(self) -> int:
+        return math.prod(self.sizes)
+
+    @property
+    def strides(self) -> tuple[int, ...]:
+        out, acc = [], 1
+        for s in self.sizes:
+            out.append(acc)
+            acc *= s
+        return tuple(out)
+
+    def _mask(self, token: str) -> tuple[int, ...]:
+        """Indices of the dimensions named in ``token`` (Megatron's ``get_mask``)."""
+        idx = []
+        for t in token.lower().split("-"):
+            try:
+                idx.append(self.names.index(t))
+            except ValueError:
+                raise LayoutError(f"token {t!r} is not a dimension of order "
+                                  f"{'-'.join(self.names)!r}", megatron_error="ValueError") from None
+        return tuple(sorted(set(idx)))
+
+    def group_size(self, token: str) -> int:
+        return math.prod(self.sizes[i] for i in self._mask(token))
+
+    def num_groups(self, token: str) -> int:
+        return self.world_size // self.group_size(token)
+
+    # --------------------------------------------------------------- groups
+    def groups(self, token: str) -> np.ndarray:
+        """All groups of ``token`` as an ``(n_groups, group_size)`` array, Megatron's order."""
+        return _groups(self.names, self.sizes, self._mask(token), self.offset)
+
+    def same_groups(self, other: "Grid", token: str) -> bool:
+        a, b = self.groups(token), other.groups(token)
+        return a.shape == b.shape and bool(np.array_equal(a, b))
+
+    def coords(self, rank: int) -> dict[str, int]:
+        """Coordinate of ``rank`` along every dimension.
+
+        >>> Grid.from_sizes("tp-cp-ep-dp-pp", tp=2, cp=2, ep=1, dp=2, pp=2).coords(5)
+        {'tp': 1, 'cp': 0, 'ep': 0, 'dp': 1, 'pp': 0}
+        """
+        r = int(rank) - self.offset
+        if not 0 <= r < self.world_size:
+            raise LayoutError(
+                f"rank {rank} is outside this layout (ranks {self.offset}.."
+                f"{self.offset + self.world_size - 1}); pick a rank in that range.", rank=rank)
+        return {n: (r // st) % s for n, s, st in zip(self.names, self.sizes, self.strides)}
+
+    def locate(self, token: str, rank: int) -> tuple[int, int]:
+        """``(group index, position in group)`` of ``rank`` for ``token``, in O(dims)."""
+        c = self.coords(rank)
+        mask = self._mask(token)
+        g = pos = 0
+        gm = gu = 1
+        for i, (n, s) in enumerate(zip(self.names, self.sizes)):
+            if i in mask:
+                pos += c[n] * gm
+                gm *= s
+            else:
+                g += c[n] * gu
+                gu *= s
+        return g, pos
+
+    def members(self, token: str, group_index: int) -> np.ndarray:
+        """The ranks of group ``group_index`` of ``token`` in O(group size)."""
+        mask = self._mask(token)
+        base = self.offset
+        rest = int(group_index)
+        for i, (s, st) in enumerate(zip(self.sizes, self.strides)):
+            if i not in mask:
+                base += (rest % s) * st
+                rest //= s
+        return base + _masked_offsets(self.sizes, self.strides, mask)
+
+
+@lru_cache(maxsize=256)
+def _masked_offsets(sizes: tuple[int, ...], strides: tuple[int, ...],
+                    mask: tuple[int, ...]) -> np.ndarray:
+    off = np.zeros(1, dtype=RANK_DTYPE)
+    for i in mask:  # leftmost fastest: later dims vary slower
+        off = (np.arange(sizes[i], dtype=RANK_DTYPE)[:, None] * strides[i] + off[None, :]).ravel()
+    off.setflags(write=False)
+    return off
+
+
+@lru_cache(maxsize=64)
+def _groups(names: tuple[str, ...], sizes: tuple[int, ...], mask: tuple[int, ...],
+            offset: int) -> np.ndarray:
+    n = len(sizes)
+    world = math.prod(sizes)
+    # arange(world).reshape(sizes[::-1]): axis n-1-k is dimension k (dimension 0 fastest).
+    grid = np.arange(offset, offset + world, dtype=RANK_DTYPE).reshape(sizes[::-1])
+    unmasked = [k for k in range(n) if k not in mask]
+    axes = [n - 1 - k for k in reversed(unmasked)] + [n - 1 - k for k in reversed(mask)]
+    gsize = math.prod(sizes[k] for k in mask)
+    out = np.ascontiguousarray(grid.transpose(axes)).reshape(world // gsize, gsize)
+    out.setflags(write=False)
+    return out
+
+
+def inject_gtp(order: str, after: str = "tp") -> str:
+    """Megatron 0.19's ``_inject_gtp_remat_axis``: put ``gtp_remat`` right after ``after``.
+
+    Falls back to after ``tp``, then to the front; case-sensitive, on the raw order.
+    The dense generator injects after ``tp``, the expert one after ``ep``.
+
+    >>> inject_gtp("tp-cp-ep-dp-pp"), inject_gtp("tp-cp-ep-dp-pp", after="ep")
+    ('tp-gtp_remat-cp-ep-dp-pp', 'tp-cp-ep-gtp_remat-dp-pp')
+    """
+    tokens = order.split("-")
+    if "gtp_remat" in tokens:
+        return order
+    anchor = after if after in tokens else "tp"
+    i = tokens.index(anchor) + 1 if anchor in tokens else 0
+    return "-".join(tokens[:i] + ["gtp_remat"] + tokens[i:])

@@ -1,0 +1,253 @@
+"""Megatron-Core API profiles: the block list of ``new_group`` calls per version.
+
+Two profiles, because the all-gather option changed shape upstream:
+
+``"0.16"`` (megatron-core 0.16.x-0.17.x, PR #2663)
+    ``initialize_model_parallel(create_all_gather_group=True)`` creates
+    ``DATA_PARALLEL_GROUP_WITH_CP_AG`` right after each
+    ``DATA_PARALLEL_GROUP_WITH_CP``; there is no expert all-gather group.
+``"0.19"`` (megatron-core 0.18+, PR #3249, GTP from 0.19)
+    no keyword; the training loop calls ``create_all_gather_groups(
+    for_expert_parallelism=ep > 1)`` *after* initialisation, which rebuilds a
+    generator with the hard-coded order ``tp-cp-ep-dp-pp`` and rank_offset 0
+    (upstream issue #4261). The 0.19 sequence also carries the GTP weight-remat
+    groups (singletons when ``gtp_remat_size`` is 1).
+
+Both profiles share one builder, :func:`build_loops`; the differences are the
+few ``if profile == ...`` branches below.
+"""
+
+from __future__ import annotations
+
+import math
+
+from .config import DEFAULT_ORDER, MCORE_PROFILES, ParallelismConfig
+from .errors import LayoutError
+from .grid import Grid
+from .plan import Entry, Loop, Step
+from .sources import Chunks, Concat, Hierarchical, Ortho, Pick
+
+# Keyword arguments of initialize_model_parallel per profile (besides world_size).
+_COMMON_KWARGS = (
+    "tensor_model_parallel_size", "pipeline_model_parallel_size",
+    "virtual_pipeline_model_parallel_size", "pipeline_model_parallel_comm_backend", "use_sharp",
+    "context_parallel_size", "hierarchical_context_parallel_sizes", "hybrid_context_parallel",
+    "expert_model_parallel_size", "num_distributed_optimizer_instances",
+    "expert_tensor_parallel_size", "nccl_communicator_config_path",
+    "distributed_timeout_minutes", "order", "get_embedding_ranks",
+    "get_position_embedding_ranks", "create_gloo_process_groups", "high_priority_stream_groups",
+    "sharp_enabled_group", "rank_offset", "local_world_size",
+)
+_PROFILE_KWARGS = {
+    # 0.16.x has no rank_offset/local_world_size; 0.17.x added them (PR #3520).
+    "0.16": _COMMON_KWARGS + ("create_all_gather_group",),
+    "0.19": _COMMON_KWARGS + ("gtp_remat_size", "expert_gtp_remat_size"),
+}
+
+AG_ORDER = DEFAULT_ORDER  # create_all_gather_groups() hard-codes this order (and offset 0)
+
+
+def check_profile(mcore: str) -> str:
+    mcore = str(mcore)
+    if mcore not in MCORE_PROFILES:
+        raise LayoutError(
+            f"unknown megatron-core profile {mcore!r}; use one of {', '.join(MCORE_PROFILES)} "
+            f"('0.16' for 0.16.x-0.17.x, '0.19' for 0.18.x-0.19.x).", mcore=mcore)
+    return mcore
+
+
+def megatron_kwargs(mcore: str) -> tuple[str, ...]:
+    return _PROFILE_KWARGS[check_profile(mcore)]
+
+
+def validate_profile(cfg: ParallelismConfig, mcore: str) -> None:
+    """Rules that depend on the megatron-core version."""
+    if mcore == "0.16" and (cfg.gtp_remat_size > 1 or cfg.expert_gtp_remat_size > 1):
+        raise LayoutError(
+            f"gtp_remat_size={cfg.gtp_remat_size}, expert_gtp_remat_size="
+            f"{cfg.expert_gtp_remat_size}: GTP weight remat exists only from megatron-core 0.19; "
+            f"use mcore='0.19' or set both to 1.", megatron_error="TypeError")
+    if mcore == "0.19":
+        gtp, egtp = cfg.gtp_remat_size, cfg.expert_gtp_remat_size
+        if (gtp > 1 or egtp > 1) and cfg.num_distributed_optimizer_instances > 1:
+            raise LayoutError(
+                f"gtp_remat_size={gtp}, expert_gtp_remat_size={egtp} with "
+                f"num_distributed_optimizer_instances={cfg.num_distributed_optimizer_instances} "
+                f"(Megatron 0.19: 'GTP_remat with num_distributed_optimizer_instances > 1 is not "
+                f"yet supported.'); use one instance or GTP sizes of 1.",
+                megatron_error="AssertionError")
+        if cfg.create_all_gather_group and (gtp > 1 or egtp > 1):
+            raise LayoutError(
+                f"create_all_gather_group with gtp_remat_size={gtp}, expert_gtp_remat_size={egtp}: "
+                f"megatron-core 0.19's create_all_gather_groups() sizes its generator with the full "
+                f"dp*gtp and produces ranks beyond the world ('ValueError: Rank N is out of "
+                f"range'); turn the option off or use GTP sizes of 1.",
+                megatron_error="ValueError")
+
+
+def _gloo(on: bool, kind: str, desc: str, source) -> tuple[Entry, ...]:
+    if not on:
+        return ()
+    return (Entry(f"{kind}_gloo", f"{desc}_GLOO", "gloo", source),)
+
+
+def _hier_descs(desc: str, level: int, gloo: bool) -> str:
+    return f"HIERARCHICAL_{desc}_GLOO_L{level}" if gloo else f"HIERARCHICAL_{desc}_L{level}"
+
+
+def build_loops(cfg: ParallelismConfig, mcore: str) -> list[Loop]:
+    """The whole ``new_group`` sequence of ``initialize_model_parallel`` (+ AG groups)."""
+    mcore = check_profile(mcore)
+    validate_profile(cfg, mcore)
+    g19 = mcore == "0.19"
+    n = cfg.num_distributed_optimizer_instances
+    nccl = "nccl"
+    dense = Grid.dense(cfg, gtp_token=g19)
+    expert = Grid.expert(cfg, gtp_token=g19)
+    gtp_dense = g19 and cfg.gtp_remat_size > 1
+    gtp_expert = g19 and cfg.expert_gtp_remat_size > 1
+    # 0.19: gtp > 1 turns Gloo off for the whole function, egtp > 1 before expert DP.
+    gloo_dense = cfg.use_gloo_process_groups and not gtp_dense
+    gloo_expert = gloo_dense and not gtp_expert
+    loops: list[Loop] = []
+
+    def simple(kind: str, desc: str, source, backend: str = nccl, gloo: bool = False) -> None:
+        entries = (Entry(kind, desc, backend, source),)
+        if gloo:
+            entries += _gloo(gloo_dense, kind, desc, source)
+        loops.append(Loop.simple(*entries))
+
+    # 0. (0.19) GTP weight-remat groups: singletons when gtp=1.
+    if g19:
+        simple("gtp_remat", "GTP_WEIGHT_REMAT_GROUP", Ortho(dense, "gtp_remat"))
+
+    # 1. DP-with-CP, its AG twin (0.16), its Gloo twin, the partial-DP groups.
+    dp_cp = Ortho(dense, "dp-cp")
+    first = [Entry("dp_cp", "DATA_PARALLEL_GROUP_WITH_CP", nccl, dp_cp)]
+    if mcore == "0.16" and cfg.create_all_gather_group:
+        first.append(Entry("dp_cp_ag", "DATA_PARALLEL_GROUP_WITH_CP_AG", nccl, dp_cp))
+    first.extend(_gloo(gloo_dense, "dp_cp", "DATA_PARALLEL_GROUP_WITH_CP", dp_cp))
+    steps = [Step(1, tuple(first))]
+    if n > 1:
+        intra = Chunks(dp_cp, cfg.intra_partial_data_parallel_size)
+        desc = "INTRA_PARTIAL_DATA_PARALLEL_GROUP_WITH_CP"
+        steps.append(Step(n, (Entry("intra_dp_cp", desc, nccl, intra),)
+                          + _gloo(gloo_dense, "intra_dp_cp", desc, intra)))
+    loops.append(Loop(dp_cp.n_groups, tuple(steps)))
+
+    # 3. hybrid DP-CP groups.
+    if cfg.hybrid_context_parallel:
+        size = cfg.data_parallel_size_with_cp
+        chunk_sizes = [2 ** i for i in range(int(math.log2(size)))][1:]
+        bad = [s for s in chunk_sizes if size % s]
+        if bad:
+            raise LayoutError(
+                f"hybrid_context_parallel with dp*cp={size} makes uneven HYBRID_DP_CP groups of "
+                f"size {bad}; simharness models only dp*cp divisible by every power of two below "
+                f"it (use a power of two).", dp_cp=size)
+        loops.append(Loop(dp_cp.n_groups, tuple(
+            Step(size // s, (Entry(f"hybrid_dp_cp_{s}", f"HYBRID_DP_CP_GROUP_{s}", nccl,
+                                   Chunks(dp_cp, s)),)) for s in chunk_sizes)))
+
+    # 4. DP (+ 0.19 gtp_remat-dp groups when gtp > 1).
+    simple("dp", "DATA_PARALLEL_GROUP", Ortho(dense, "dp"), gloo=True)
+    if gtp_dense:
+        simple("gtp_remat_dp", "DATA_PARALLEL_GROUP_WITH_GTP_REMAT", Ortho(dense, "gtp_remat-dp"))
+        simple("gtp_remat_dp_cp", "DATA_PARALLEL_GROUP_WITH_CP_WITH_GTP_REMAT",
+               Ortho(dense, "gtp_remat-dp-cp"))
+
+    # 5. CP and its hierarchical sub-groups (created right after each CP group).
+    cp = Ortho(dense, "cp")
+    steps = [Step(1, (Entry("cp", "CONTEXT_PARALLEL_GROUP", nccl, cp),))]
+    hcp = cfg.hierarchical_context_parallel_sizes
+    if hcp:
+        for lvl in range(len(hcp)):
+            src = Hierarchical(cp, tuple(hcp), lvl)
+            steps.append(Step(src.per_parent, (Entry(
+                f"hcp_l{lvl}", _hier_descs("CONTEXT_PARALLEL_GROUP", lvl, False), nccl, src),)))
+    loops.append(Loop(cp.n_groups, tuple(steps)))
+
+    # 6-7. MP and TP.
+    simple("mp", "MODEL_PARALLEL_GROUP", Ortho(dense, "tp-gtp_remat-pp" if g19 else "tp-pp"))
+    simple("tp", "TENSOR_MODEL_PARALLEL_GROUP", Ortho(dense, "tp"))
+
+    # 8. PP with its embedding and position-embedding groups.
+    pp = Ortho(dense, "pp")
+    pp_backend = cfg.pipeline_model_parallel_comm_backend or nccl
+    loops.append(Loop.simple(
+        Entry("pp", "PIPELINE_MODEL_PARALLEL_GROUP", pp_backend, pp),
+        Entry("embd", "EMBEDDING_GROUP", nccl, Pick(pp, (0, -1))),
+        Entry("pos_embd", "POSITION_EMBEDDING_GROUP", nccl, Pick(pp, (0,))),
+    ))
+
+    # 9-10. TP-DP-CP, TP-DP, TP-CP.
+    simple("tp_dp_cp", "TENSOR_AND_DATA_PARALLEL_GROUP_WITH_CP",
+           Ortho(dense, "tp-gtp_remat-dp-cp" if g19 else "tp-dp-cp"))
+    simple("tp_dp", "TENSOR_AND_DATA_PARALLEL_GROUP",
+           Ortho(dense, "tp-gtp_remat-dp" if g19 else "tp-dp"))
+    simple("tp_cp", "TENSOR_AND_CONTEXT_PARALLEL_GROUP",
+           Ortho(dense, "tp-gtp_remat-cp" if g19 else "tp-cp"))
+
+    # 11. Expert groups.
+    if g19:
+        simple("expt_gtp_remat", "EXPERT_GTP_WEIGHT_REMAT_GROUP", Ortho(expert, "gtp_remat"))
+    simple("ep", "EXPERT_MODEL_PARALLEL_GROUP", Ortho(expert, "ep"))
+    simple("ep_tp", "EXPERT_TENSOR_PARALLEL_GROUP", Ortho(expert, "tp"))
+    simple("tp_ep_mp", "EXPERT_TENSOR_AND_MODEL_PARALLEL_GROUP", Ortho(expert, "tp-ep"))
+    tp_ep_pp = Ortho(expert, "tp-ep-pp")
+    simple("tp_ep_pp", "EXPERT_TENSOR_MODEL_PIPELINE_PARALLEL_GROUP", tp_ep_pp)
+    if g19:
+        simple("tp_ep_egtp_pp", "EXPERT_TENSOR_MODEL_PIPELINE_PARALLEL_GROUP_WITH_EGTP",
+               Ortho(expert, "tp-ep-gtp_remat-pp"))
+
+    # 12. Expert DP and its hierarchical intra/inter groups.
+    ep_dp = Ortho(expert, "dp")
+    steps = [Step(1, (Entry("ep_dp", "EXPERT_DATA_PARALLEL_GROUP", nccl, ep_dp),)
+                  + _gloo(gloo_expert, "ep_dp", "EXPERT_DATA_PARALLEL_GROUP", ep_dp))]
+    iedp = cfg.intra_partial_expert_data_parallel_size
+    if n > 1:
+        for lvl, kind in ((0, "intra_ep_dp"), (1, "inter_ep_dp")):
+            src = Hierarchical(ep_dp, (iedp, n), lvl)
+            entries = (Entry(kind, _hier_descs("EXPERT_DATA_PARALLEL_GROUP", lvl, False), nccl,
+                             src),)
+            if gloo_expert:
+                entries += (Entry(f"{kind}_gloo",
+                                  _hier_descs("EXPERT_DATA_PARALLEL_GROUP", lvl, True), "gloo",
+                                  src),)
+            steps.append(Step(src.per_parent, entries))
+    loops.append(Loop(ep_dp.n_groups, tuple(steps)))
+    if gtp_expert:
+        simple("ep_gtp_remat_dp", "EXPERT_DATA_PARALLEL_GROUP_WITH_GTP_REMAT",
+               Ortho(expert, "gtp_remat-dp"))
+
+    # 13. Intra distributed-optimizer instance groups.
+    if gtp_dense or gtp_expert:  # one group of all ranks, sorted (0.19)
+        intra_opt = Ortho(expert, "-".join(expert.names))
+    else:
+        intra_opt = Concat(tp_ep_pp, iedp)
+    simple("intra_dist_opt", "INTRA_DISTRIBUTED_OPTIMIZER_INSTANCE_GROUP", intra_opt)
+
+    # (0.19) create_all_gather_groups(for_expert_parallelism=ep > 1), after init.
+    if g19 and cfg.create_all_gather_group:
+        loops.extend(all_gather_loops_019(cfg))
+    return loops
+
+
+def ag_grids_019(cfg: ParallelismConfig) -> tuple[Grid, Grid | None]:
+    """The generators ``create_all_gather_groups`` builds: hard-coded order, offset 0."""
+    # GTP sizes are 1 here (validate_profile rejects the option with GTP > 1).
+    dense = Grid.from_sizes(AG_ORDER, 0, tp=cfg.tp, pp=cfg.pp, dp=cfg.dp, ep=1, cp=cfg.cp)
+    expert = None
+    if cfg.ep > 1:
+        expert = Grid.from_sizes(AG_ORDER, 0, tp=cfg.etp, pp=cfg.pp, dp=cfg.edp, ep=cfg.ep, cp=1)
+    return dense, expert
+
+
+def all_gather_loops_019(cfg: ParallelismConfig) -> list[Loop]:
+    dense, expert = ag_grids_019(cfg)
+    loops = [Loop.simple(Entry("dp_cp_ag", "DATA_PARALLEL_GROUP_WITH_CP_AG", "nccl",
+                               Ortho(dense, "dp-cp")))]
+    if expert is not None:
+        loops.append(Loop.simple(Entry("ep_dp_ag", "EXPERT_DATA_PARALLEL_GROUP_AG", "nccl",
+                                       Ortho(expert, "dp"))))
+    return loops
