@@ -1,1 +1,514 @@
-def check(layout): return []
+"""Named checks over a layout: ``check(layout) -> list[Finding]``.
+
+Each check is vectorised over the world (numpy arrays, no Python object per
+group) and reports a :class:`~simharness.findings.Finding` that names the
+groups and ranks concerned. The checks, by code:
+
+``partition``        every kind except ``embd``/``pos_embd`` puts each rank in exactly one group
+``group-size``       group sizes match the configuration (tp, dp*cp, etp*ep*pp, ...)
+``orthogonality``    a TP and a DP group (etc.) share at most one rank
+``composition``      composite groups (mp = tp x pp, dp_cp = dp x cp, ...) are unions of their parts
+``gloo-twin``        each Gloo twin holds the same groups as its NCCL group
+``matches-config``   the groups equal what the configuration builds (catches edited plans)
+``pp-agree``         dense and expert pipeline groups agree
+``embedding``        embedding groups hold the first and last stage, position-embedding the first
+``ag-mismatch``      each AG group equals its DP-with-CP group rank for rank (and expert AG / expert DP)
+``ag-communicator``  the AG group is its own NCCL communicator
+``ag-missing``       the option is on but no AG group exists
+``ag-off``           the option is off: no AG group, the all-gather runs on DP-with-CP
+``ag-cost``          communicators the option adds per rank
+``ag-scope``         with several optimizer instances, AG spans dp*cp, the partial DP group less
+``ag-expert-none``   0.16 has no expert AG group: expert all-gathers still serialise
+``creation-order``   the sequence seen by sampled ranks equals the global one
+``suspicious-*``     inputs Megatron accepts but that look wrong (warnings)
+``communicators``    communicators per rank (info)
+"""
+
+from __future__ import annotations
+
+from typing import Callable, Iterable
+
+import numpy as np
+
+from .findings import Finding
+from .layout import PARTIAL_KINDS, Layout
+
+MAX_RANKS = 256  # ranks listed in one finding
+MAX_SHOWN = 4  # groups quoted in one message
+
+
+def _ranks(values: Iterable[int]) -> tuple[int, ...]:
+    out = []
+    for v in values:
+        out.append(int(v))
+        if len(out) >= MAX_RANKS:
+            break
+    return tuple(out)
+
+
+def _fmt_groups(rows: np.ndarray) -> str:
+    shown = [str(r.tolist()) for r in rows[:MAX_SHOWN]]
+    more = f" and {len(rows) - MAX_SHOWN} more" if len(rows) > MAX_SHOWN else ""
+    return ", ".join(shown) + more
+
+
+class _World:
+    """Inverse indexes (rank -> group number) computed once per kind."""
+
+    def __init__(self, layout: Layout):
+        self.layout = layout
+        self.W = layout.world_size
+        self.off = layout.rank_offset
+        self._inv: dict[str, np.ndarray] = {}
+
+    def inverse(self, kind: str) -> np.ndarray:
+        """``inv[r - offset]`` = group number of rank r in ``kind`` (-1 when none)."""
+        inv = self._inv.get(kind)
+        if inv is None:
+            a = self.layout.groups(kind)
+            inv = np.full(self.W, -1, dtype=np.int64)
+            flat = a.ravel() - self.off
+            ok = (flat >= 0) & (flat < self.W)
+            inv[flat[ok]] = np.repeat(np.arange(a.shape[0]), a.shape[1])[ok]
+            self._inv[kind] = inv
+        return inv
+
+
+def expected_sizes(layout: Layout) -> dict[str, int]:
+    """Group size each kind must have, from the configuration alone."""
+    c = layout.config
+    gtp = c.gtp_remat_size if layout.mcore == "0.19" else 1
+    egtp = c.expert_gtp_remat_size if layout.mcore == "0.19" else 1
+    n = c.num_distributed_optimizer_instances
+    sizes = {
+        "gtp_remat": gtp, "dp_cp": c.dp * c.cp, "dp_cp_ag": c.dp * c.cp,
+        "intra_dp_cp": c.dp * c.cp // n, "dp": c.dp, "cp": c.cp,
+        "gtp_remat_dp": gtp * c.dp, "gtp_remat_dp_cp": gtp * c.dp * c.cp,
+        "mp": c.tp * gtp * c.pp, "tp": c.tp, "pp": c.pp, "embd": min(2, c.pp), "pos_embd": 1,
+        "tp_dp_cp": c.tp * gtp * c.dp * c.cp, "tp_dp": c.tp * gtp * c.dp, "tp_cp": c.tp * c.cp,
+        "expt_gtp_remat": egtp, "ep": c.ep, "ep_tp": c.etp, "tp_ep_mp": c.etp * c.ep,
+        "tp_ep_pp": c.etp * c.ep * c.pp, "tp_ep_egtp_pp": c.etp * c.ep * egtp * c.pp,
+        "ep_dp": c.edp, "ep_dp_ag": c.edp, "intra_ep_dp": c.edp // n, "inter_ep_dp": n,
+        "ep_gtp_remat_dp": egtp * c.edp,
+        "intra_dist_opt": c.world_size if gtp * egtp > 1 else c.world_size // n,
+    }
+    for i, s in enumerate(c.hierarchical_context_parallel_sizes or ()):
+        sizes[f"hcp_l{i}"] = s
+    for k in layout.kinds:
+        if k.startswith("hybrid_dp_cp_"):
+            sizes[k] = int(k.rsplit("_", 1)[1])
+    for k in list(sizes):
+        sizes[f"{k}_gloo"] = sizes[k]
+    return sizes
+
+
+# (composite, parts): the composite's groups are unions of the parts' groups.
+COMPOSITES = (
+    ("dp_cp", ("dp", "cp", "intra_dp_cp")), ("ep_dp", ("intra_ep_dp", "inter_ep_dp")),
+    ("mp", ("tp", "pp")), ("tp_dp", ("tp", "dp")),
+    ("tp_cp", ("tp", "cp")), ("tp_dp_cp", ("tp", "dp", "cp", "dp_cp", "tp_dp", "tp_cp")),
+    ("tp_ep_mp", ("ep_tp", "ep")), ("tp_ep_pp", ("ep_tp", "ep", "tp_ep_mp")),
+    ("intra_dist_opt", ("tp_ep_pp",)), ("cp", ("hcp_l0", "hcp_l1", "hcp_l2", "hcp_l3")),
+)
+ORTHOGONAL = (
+    ("tp", "dp"), ("tp", "cp"), ("tp", "pp"), ("dp", "cp"), ("dp", "pp"), ("cp", "pp"),
+    ("dp_cp", "tp"), ("dp_cp", "pp"), ("ep_tp", "ep"), ("ep_tp", "ep_dp"), ("ep", "ep_dp"),
+    ("ep_dp", "pp"), ("intra_ep_dp", "inter_ep_dp"),
+)
+
+
+def check_partition(w: _World) -> list[Finding]:
+    out = []
+    lay = w.layout
+    for kind in lay.kinds:
+        if kind in PARTIAL_KINDS:
+            continue
+        a = lay.groups(kind)
+        flat = a.ravel() - w.off
+        outside = flat[(flat < 0) | (flat >= w.W)] + w.off
+        inside = flat[(flat >= 0) & (flat < w.W)]
+        counts = np.bincount(inside, minlength=w.W)
+        missing = np.flatnonzero(counts == 0) + w.off
+        dup = np.flatnonzero(counts > 1) + w.off
+        problems = []
+        if outside.size:
+            problems.append(f"{outside.size} rank(s) outside the world "
+                            f"{w.off}..{w.off + w.W - 1} (e.g. {outside[:5].tolist()})")
+        if missing.size:
+            problems.append(f"{missing.size} rank(s) in no group (e.g. {missing[:5].tolist()})")
+        if dup.size:
+            problems.append(f"{dup.size} rank(s) in several groups (e.g. {dup[:5].tolist()})")
+        if problems:
+            bad = np.concatenate([outside, missing, dup])
+            out.append(Finding("partition", "error",
+                               f"{kind} ({lay.desc(kind)}) does not partition the world: "
+                               + "; ".join(problems), _ranks(bad), (kind,)))
+    return out
+
+
+def check_sizes(w: _World) -> list[Finding]:
+    out = []
+    exp = expected_sizes(w.layout)
+    for kind in w.layout.kinds:
+        a = w.layout.groups(kind)
+        want = exp.get(kind)
+        if want is not None and a.shape[1] != want:
+            out.append(Finding("group-size", "error",
+                               f"{kind} groups have {a.shape[1]} ranks, the configuration "
+                               f"needs {want} (first: {_fmt_groups(a[:1])})",
+                               _ranks(a[0]), (kind,)))
+    return out
+
+
+def check_orthogonality(w: _World) -> list[Finding]:
+    out = []
+    lay = w.layout
+    for a, b in ORTHOGONAL:
+        if not (lay.has(a) and lay.has(b)):
+            continue
+        ia, ib = w.inverse(a), w.inverse(b)
+        ok = (ia >= 0) & (ib >= 0)
+        key = ia[ok] * (ib.max() + 1) + ib[ok]
+        uniq, first, counts = np.unique(key, return_index=True, return_counts=True)
+        if counts.max(initial=1) > 1:
+            bad_keys = uniq[counts > 1]
+            ranks = np.flatnonzero(ok)[np.isin(key, bad_keys)] + w.off
+            k0 = bad_keys[0]
+            ga, gb = divmod(int(k0), int(ib.max() + 1))
+            out.append(Finding(
+                "orthogonality", "error",
+                f"{a} group {lay.groups(a)[ga].tolist()} and {b} group {lay.groups(b)[gb].tolist()}"
+                f" share more than one rank ({len(bad_keys)} such pair(s)); an {a} and a {b} "
+                f"group must meet in at most one rank", _ranks(ranks), (a, b)))
+    return out
+
+
+def check_composition(w: _World) -> list[Finding]:
+    out = []
+    lay = w.layout
+    for comp, parts in COMPOSITES:
+        if not lay.has(comp):
+            continue
+        inv = w.inverse(comp)
+        for part in parts:
+            if not lay.has(part):
+                continue
+            pa = lay.groups(part) - w.off
+            if pa.size and (pa.min() < 0 or pa.max() >= w.W):
+                continue  # reported by partition
+            g = inv[pa]
+            bad = np.flatnonzero((g != g[:, :1]).any(axis=1))
+            if bad.size:
+                out.append(Finding(
+                    "composition", "error",
+                    f"{part} group(s) {_fmt_groups(lay.groups(part)[bad])} are split across "
+                    f"several {comp} groups; each {comp} group must be a union of whole {part} "
+                    f"groups", _ranks(lay.groups(part)[bad].ravel()), (comp, part)))
+    return out
+
+
+def check_twins(w: _World) -> list[Finding]:
+    """Each Gloo twin (``X_gloo``) must hold exactly the groups of ``X``."""
+    lay = w.layout
+    out = []
+    for kind in lay.kinds:
+        if not kind.endswith("_gloo") or not lay.has(kind[:-5]):
+            continue
+        a, b = lay.groups(kind), lay.groups(kind[:-5])
+        if a.shape != b.shape or not np.array_equal(a, b):
+            rows = (np.flatnonzero((a != b).any(axis=1)) if a.shape == b.shape
+                    else np.arange(min(len(a), len(b))))
+            out.append(Finding("gloo-twin", "error",
+                               f"{kind} groups {_fmt_groups(a[rows])} differ from their NCCL "
+                               f"twin {kind[:-5]} {_fmt_groups(b[rows])}",
+                               _ranks(np.concatenate([a[rows].ravel(), b[rows].ravel()])),
+                               (kind, kind[:-5])))
+    return out
+
+
+def check_matches_config(w: _World) -> list[Finding]:
+    """Compare with a fresh build from the configuration (catches hand-edited plans)."""
+    from .layout import build_layout
+
+    lay = w.layout
+    ref = build_layout(lay.config, lay.mcore)
+    out = []
+    if ref.kinds != lay.kinds:
+        extra = [k for k in lay.kinds if k not in ref.kinds]
+        missing = [k for k in ref.kinds if k not in lay.kinds]
+        out.append(Finding("matches-config", "error",
+                           f"group kinds differ from what the configuration builds: extra "
+                           f"{extra}, missing {missing}", (), tuple(extra + missing)))
+    for kind in lay.kinds:
+        if not ref.has(kind):
+            continue
+        a, b = lay.groups(kind), ref.groups(kind)
+        if a.shape != b.shape:
+            out.append(Finding("matches-config", "error",
+                               f"{kind}: {a.shape[0]} groups of {a.shape[1]} where the "
+                               f"configuration builds {b.shape[0]} of {b.shape[1]}", (), (kind,)))
+            continue
+        rows = np.flatnonzero((a != b).any(axis=1))
+        if rows.size:
+            diff_ranks = np.unique(np.concatenate([a[rows].ravel(), b[rows].ravel()]))
+            pairs = "; ".join(f"group {i}: {a[i].tolist()} should be {b[i].tolist()}"
+                              for i in rows[:MAX_SHOWN])
+            out.append(Finding("matches-config", "error",
+                               f"{kind} ({lay.desc(kind)}): {rows.size} group(s) differ from "
+                               f"what the configuration builds: {pairs}",
+                               _ranks(diff_ranks), (kind,)))
+    return out
+
+
+def check_pp_agree(w: _World) -> list[Finding]:
+    from .grid import Grid
+
+    lay = w.layout
+    if not lay.has("pp"):
+        return []
+    expert = Grid.expert(lay.config, gtp_token=lay.mcore == "0.19").groups("pp")
+    dense = lay.groups("pp")
+    if dense.shape == expert.shape and np.array_equal(dense, expert):
+        return []
+    return [Finding("pp-agree", "error",
+                    f"dense pipeline groups {_fmt_groups(dense)} differ from the expert "
+                    f"generator's {_fmt_groups(expert)}", _ranks(dense.ravel()), ("pp",))]
+
+
+def check_embedding(w: _World) -> list[Finding]:
+    lay = w.layout
+    out = []
+    if not lay.has("pp"):
+        return out
+    pp = lay.groups("pp")
+    want = {"embd": pp[:, [0, -1]] if pp.shape[1] > 1 else pp[:, [0]], "pos_embd": pp[:, [0]]}
+    for kind, exp in want.items():
+        if not lay.has(kind):
+            out.append(Finding("embedding", "error", f"no {kind} groups", (), (kind,)))
+            continue
+        got = lay.groups(kind)
+        if got.shape != exp.shape:
+            out.append(Finding("embedding", "error",
+                               f"{kind} groups have {got.shape[1]} ranks, expected "
+                               f"{exp.shape[1]} (first and last stage)", (), (kind,)))
+            continue
+        rows = np.flatnonzero((got != exp).any(axis=1))
+        if rows.size:
+            out.append(Finding("embedding", "error",
+                               f"{kind} group(s) {_fmt_groups(got[rows])} do not hold the "
+                               f"{'first and last' if kind == 'embd' else 'first'} stage of "
+                               f"their pipeline (expected {_fmt_groups(exp[rows])})",
+                               _ranks(got[rows].ravel()), (kind, "pp")))
+    return out
+
+
+def _compare_ag(w: _World, ag: str, base: str, cause: str) -> list[Finding]:
+    lay = w.layout
+    a, b = lay.groups(ag), lay.groups(base)
+    out = []
+    if a.shape != b.shape:
+        return [Finding("ag-mismatch", "error",
+                        f"{ag}: {a.shape[0]} groups of {a.shape[1]} but {base} has "
+                        f"{b.shape[0]} of {b.shape[1]}{cause}", (), (ag, base))]
+    # Per rank: the AG group a rank is in must be its own base group, same order.
+    inv_a, inv_b = w.inverse(ag), w.inverse(base)
+    ok = (inv_a >= 0) & (inv_b >= 0)
+    ranks = np.flatnonzero(ok)
+    rows_a = a[inv_a[ranks]]
+    rows_b = b[inv_b[ranks]]
+    differ = (rows_a != rows_b).any(axis=1)
+    if differ.any():
+        bad = ranks[differ] + w.off
+        same_set = np.array_equal(np.sort(rows_a[differ], axis=1), np.sort(rows_b[differ], axis=1))
+        r0 = int(bad[0])
+        detail = (f"rank {r0} is in {ag} group {a[inv_a[r0 - w.off]].tolist()} but its {base} "
+                  f"group is {b[inv_b[r0 - w.off]].tolist()}")
+        what = "same ranks in a different order" if same_set else "different ranks"
+        out.append(Finding("ag-mismatch", "error",
+                           f"{ag} ({lay.desc(ag)}) does not line up with {base} "
+                           f"({lay.desc(base)}) on {bad.size} of {w.W} ranks ({what}): "
+                           f"{detail}{cause}", _ranks(bad), (ag, base)))
+    return out
+
+
+def check_all_gather(w: _World) -> list[Finding]:
+    lay = w.layout
+    c = lay.config
+    out: list[Finding] = []
+    ag_kinds = [k for k in ("dp_cp_ag", "ep_dp_ag") if lay.has(k)]
+    cause = ""
+    if lay.mcore == "0.19" and (c.order.lower() != "tp-cp-ep-dp-pp" or c.rank_offset):
+        cause = (f"; cause: megatron-core 0.18+ create_all_gather_groups() rebuilds its generator "
+                 f"with the hard-coded order 'tp-cp-ep-dp-pp' and rank_offset 0, but this job "
+                 f"uses order {c.order!r} and rank_offset {c.rank_offset} (Megatron-LM issue "
+                 f"#4261); until the fix lands, use order 'tp-cp-ep-dp-pp' "
+                 f"(use_tp_pp_dp_mapping=False) with the option, or mcore 0.16/0.17")
+    if not c.create_all_gather_group:
+        if ag_kinds:
+            out.append(Finding("ag-off", "error",
+                               f"create_all_gather_group is off but the layout has {ag_kinds}",
+                               (), tuple(ag_kinds)))
+        # The all-gather must resolve to DP-with-CP itself (one rank checked per group).
+        bad = []
+        for g in lay.groups("dp_cp")[:, 0][:64]:
+            col = lay.resolve_collectives(int(g))
+            if col.dense_all_gather != col.dense_reduce_scatter or col.dense_overlap:
+                bad.append(int(g))
+        if bad:
+            out.append(Finding("ag-off", "error",
+                               "option off but the all-gather resolves to a group other than "
+                               "the reduce-scatter's", _ranks(bad), ("dp_cp",)))
+        else:
+            out.append(Finding("ag-off", "info",
+                               "create_all_gather_group is off: no AG group exists; the "
+                               "parameter all-gather runs on DATA_PARALLEL_GROUP_WITH_CP, the "
+                               "same communicator as the gradient reduce-scatter, so the two "
+                               "serialise", (), ("dp_cp",)))
+        return out
+    # Option on.
+    expect = ["dp_cp_ag"] + (["ep_dp_ag"] if lay.mcore == "0.19" and c.ep > 1 else [])
+    missing = [k for k in expect if not lay.has(k)]
+    if missing:
+        out.append(Finding("ag-missing", "error",
+                           f"create_all_gather_group is on but {missing} were not created",
+                           (), tuple(missing)))
+    if lay.has("dp_cp_ag"):
+        out += _compare_ag(w, "dp_cp_ag", "dp_cp", cause)
+    if lay.has("ep_dp_ag"):
+        out += _compare_ag(w, "ep_dp_ag", "ep_dp", cause)
+    for k in ag_kinds:
+        e = lay.entry(k)
+        base = lay.entry("dp_cp" if k == "dp_cp_ag" else "ep_dp")
+        if e.backend == "gloo" or e is base:
+            out.append(Finding("ag-communicator", "error",
+                               f"{k} is not a separate NCCL communicator (backend {e.backend})",
+                               (), (k,)))
+    if lay.mcore == "0.16" and c.ep > 1:
+        out.append(Finding("ag-expert-none", "info",
+                           "megatron-core 0.16/0.17 create no expert AG group: expert "
+                           "parameters all-gather on EXPERT_DATA_PARALLEL_GROUP, serialised with "
+                           "their reduce-scatter", (), ("ep_dp",)))
+    if c.num_distributed_optimizer_instances > 1 and lay.has("dp_cp_ag"):
+        out.append(Finding("ag-scope", "warning",
+                           f"with {c.num_distributed_optimizer_instances} distributed-optimizer "
+                           f"instances the reduce-scatter runs on the partial groups of "
+                           f"{c.intra_partial_data_parallel_size} ranks, but the AG groups span "
+                           f"the full DP-with-CP group of {c.dp * c.cp}: the two do not line up",
+                           (), ("dp_cp_ag", "intra_dp_cp")))
+    if ag_kinds:
+        per_rank = {k: int(np.bincount(lay.groups(k).ravel() - w.off, minlength=w.W).max())
+                    for k in ag_kinds}
+        added = sum(per_rank.values())
+        groups_total = sum(lay.groups(k).shape[0] for k in ag_kinds)
+        out.append(Finding("ag-cost", "info",
+                           f"create_all_gather_group adds {added} NCCL communicator(s) per rank "
+                           f"({', '.join(f'{k}: {v}' for k, v in per_rank.items())}), "
+                           f"{groups_total} new_group call(s) in all", (), tuple(ag_kinds)))
+    return out
+
+
+def check_creation_order(w: _World, samples: int = 4, max_calls: int = 20000) -> list[Finding]:
+    """For a few ranks, the groups they are in, walked in creation order, must be
+    exactly their per-rank view (two independent code paths must agree)."""
+    lay = w.layout
+    if len(lay.creation_order) > max_calls:
+        return []
+    ranks = sorted({lay.ranks[0], lay.ranks[-1], lay.ranks[len(lay.ranks) // 2]})[:samples]
+    seen: dict[int, list[tuple[str, tuple[int, ...]]]] = {r: [] for r in ranks}
+    for gc in lay.creation_order:
+        for r in ranks:
+            if r in gc.ranks:
+                seen[r].append((gc.kind, gc.ranks))
+    out = []
+    for r in ranks:
+        view = lay.rank(r)
+        expect = [(k, tuple(int(x) for x in m.ranks)) for k, m in view.groups.items()]
+        if sorted(seen[r]) != sorted(expect) or len(seen[r]) != len(expect):
+            out.append(Finding("creation-order", "error",
+                               f"rank {r}: the groups it joins in the creation sequence differ "
+                               f"from its per-rank view", (r,)))
+        kinds = [k for k, _ in seen[r]]
+        if len(set(kinds)) != len(kinds):
+            out.append(Finding("creation-order", "error",
+                               f"rank {r} joins two groups of the same kind", (r,)))
+    return out
+
+
+def check_suspicious(w: _World) -> list[Finding]:
+    c = w.layout.config
+    out = []
+    if c.etp > c.tp:
+        out.append(Finding("suspicious-etp", "warning",
+                           f"expert_tensor_parallel_size ({c.etp}) > tensor_model_parallel_size "
+                           f"({c.tp}): Megatron accepts it, but expert TP groups then cross "
+                           f"dense TP groups; usually etp <= tp"))
+    elif c.tp % c.etp:
+        out.append(Finding("suspicious-etp", "warning",
+                           f"expert_tensor_parallel_size ({c.etp}) does not divide "
+                           f"tensor_model_parallel_size ({c.tp}); expert TP groups straddle "
+                           f"dense TP groups"))
+    if c.ep * c.etp > c.tp * c.cp:
+        out.append(Finding("suspicious-ep", "warning",
+                           f"ep*etp = {c.ep}*{c.etp} = {c.ep * c.etp} > tp*cp = {c.tp * c.cp}: "
+                           f"expert groups reach into the data-parallel dimension "
+                           f"(expert dp {c.edp} vs dp {c.dp})"))
+    n = c.num_distributed_optimizer_instances
+    if n > 1 and c.dp % n:
+        out.append(Finding("suspicious-instances", "warning",
+                           f"num_distributed_optimizer_instances ({n}) divides dp*cp "
+                           f"({c.dp * c.cp}) but not dp ({c.dp}): instances cut through "
+                           f"context-parallel groups"))
+    return out
+
+
+def check_communicators(w: _World) -> list[Finding]:
+    lay = w.layout
+    comm = lay.communicators_per_rank()
+    total = comm["nccl"] + comm["gloo"]
+    out = [Finding("communicators", "info",
+                   f"each rank holds {int(comm['nccl'].min())}-{int(comm['nccl'].max())} NCCL and "
+                   f"{int(comm['gloo'].min())}-{int(comm['gloo'].max())} Gloo communicators "
+                   f"(total {int(total.min())}-{int(total.max())}); every rank makes "
+                   f"{len(lay.creation_order)} new_group calls")]
+    if lay.mcore == "0.19" and lay.has("tp_ep_egtp_pp") and lay.config.expert_gtp_remat_size == 1:
+        out.append(Finding("communicators", "info",
+                           "megatron-core 0.19 also creates EXPERT_TENSOR_MODEL_PIPELINE_PARALLEL_"
+                           "GROUP_WITH_EGTP with the same ranks as the tp_ep_pp groups (expert "
+                           "GTP size 1): one duplicate NCCL communicator per rank",
+                           (), ("tp_ep_egtp_pp",)))
+    return out
+
+
+CHECKS: tuple[tuple[str, Callable[[_World], list[Finding]]], ...] = (
+    ("partition", check_partition),
+    ("group-size", check_sizes),
+    ("orthogonality", check_orthogonality),
+    ("composition", check_composition),
+    ("gloo-twin", check_twins),
+    ("matches-config", check_matches_config),
+    ("pp-agree", check_pp_agree),
+    ("embedding", check_embedding),
+    ("all-gather", check_all_gather),
+    ("creation-order", check_creation_order),
+    ("suspicious", check_suspicious),
+    ("communicators", check_communicators),
+)
+
+
+def check(layout: Layout, *, only: Iterable[str] | None = None) -> list[Finding]:
+    """Run every named check (or ``only`` those) and return the findings, errors first."""
+    w = _World(layout)
+    wanted = None if only is None else set(only)
+    findings: list[Finding] = []
+    for name, fn in CHECKS:
+        if wanted is None or name in wanted:
+            findings.extend(fn(w))
+    order = {"error": 0, "warning": 1, "info": 2}
+    return sorted(findings, key=lambda f: order[f.severity])
+
+
+def has_errors(findings: Iterable[Finding]) -> bool:
+    return any(f.severity == "error" for f in findings)
+
+
+__all__ = ["CHECKS", "check", "expected_sizes", "has_errors"]
