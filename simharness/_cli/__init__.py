@@ -1,0 +1,1 @@
+"""The ``simharness`` command line, split by command family (see ``common``)."""

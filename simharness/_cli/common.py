@@ -1,0 +1,410 @@
+"""Shared pieces of the ``simharness`` command line (stable API for every command module).
+
+Configuration flags
+-------------------
+``@config_options`` adds every configuration flag to a click command; the
+command receives them as keyword arguments and turns them into a validated
+configuration with ``config_from_options(**kwargs)``. Keys that are not
+configuration flags are ignored, so a command may pass all its kwargs::
+
+    import click
+    from simharness._cli.common import (config_from_options, config_options, layout_from_options,
+                                        node_shape, output_options)
+
+    def register(main):
+        @main.command()
+        @config_options
+        @output_options()
+        @click.option("--topology", type=click.Path())
+        def place(topology, fmt, quiet, show_all, **kwargs):
+            cfg, mcore = config_from_options(**kwargs)         # ParallelismConfig, "0.16"|"0.19"
+            nodes, gpus_per_node = node_shape(cfg, **kwargs)    # from --nodes/--gpus-per-node/file
+            layout = layout_from_options(**kwargs)             # = build_layout(cfg, mcore)
+
+The flags (parameter names in brackets; they equal the
+:class:`~simharness.config.ParallelismConfig` field names where there is one):
+
+``--world-size/-n`` [world_size], ``--nodes`` [nodes], ``--gpus-per-node``
+[gpus_per_node], ``--tensor-model-parallel-size/--tp``,
+``--pipeline-model-parallel-size/--pp``, ``--virtual-pipeline-model-parallel-size/--vpp``,
+``--context-parallel-size/--cp``, ``--expert-model-parallel-size/--ep``,
+``--expert-tensor-parallel-size/--etp``, ``--num-distributed-optimizer-instances``,
+``--order``, ``--use-tp-pp-dp-mapping/--no-use-tp-pp-dp-mapping``,
+``--hierarchical-cp-sizes 2,2`` [hierarchical_context_parallel_sizes],
+``--gloo/--no-gloo`` [use_gloo_process_groups],
+``--create-all-gather-group/--no-create-all-gather-group``,
+``--hybrid-context-parallel``, ``--rank-offset``, ``--gtp-remat-size``,
+``--expert-gtp-remat-size``, ``--set FIELD=VALUE`` [set_fields] (any other
+field, value parsed as YAML, repeatable), ``--config FILE`` [config_file] and
+``--mcore 0.16|0.19`` [mcore]. Every flag defaults to ``None`` ("not given").
+
+Precedence: ``--config`` file < ``--set`` < named flags. The world is
+``--world-size``, else ``--nodes * --gpus-per-node`` (8 GPUs per node when not
+given), else the file's ``world_size`` (or ``trainer.num_nodes *
+trainer.devices``), else the library's smallest valid world. ``--world-size``
+and ``--nodes`` that disagree are an error.
+
+``@config_options(mcore_multiple=True)`` makes ``--mcore`` repeatable (its
+value is then a tuple; ``config_from_options`` takes the first, or pass
+``mcore=`` explicitly).
+
+Helpers: ``config_fields_from_options(**kwargs) -> (dict, mcore)`` (merged fields, not
+yet validated: for ``explain``), ``layout_from_options(**kwargs) -> Layout``,
+``node_shape(cfg, **kwargs) -> (nodes, gpus_per_node)`` and
+``config_flags_given(**kwargs) -> [param names]``.
+
+Output flags
+------------
+``@output_options(formats=("table", "json", "csv"))`` adds ``--format/-f``
+[fmt], ``--quiet/-q`` [quiet] and ``--all`` [show_all]. Format helpers live in
+:mod:`simharness._cli.output`.
+
+Errors
+------
+Raise :class:`InputError` (or any :class:`~simharness.errors.SimharnessError`)
+for bad input: :class:`SimharnessGroup` prints it as one line ``error: ...``
+on stderr and exits 2; click's usage errors get the same treatment. Commands
+signal other exit statuses with ``ctx.exit(code)``; they never return ints.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from typing import Any, Callable
+
+import click
+
+from ..config import ALIASES, DEFAULT_MCORE, MCORE_PROFILES, TP_PP_DP_ORDER, ParallelismConfig
+from ..errors import SimharnessError
+
+DEFAULT_GPUS_PER_NODE = 8
+
+__all__ = [
+    "CONFIG_PARAMS", "DEFAULT_GPUS_PER_NODE", "InputError", "SimharnessGroup",
+    "config_fields_from_options", "config_flags_given", "config_from_options", "config_options",
+    "fail", "layout_from_options", "node_shape", "output_options",
+]
+
+
+class InputError(SimharnessError):
+    """Bad command-line input (conflicting flags, a bad value): ``error: <message>``, exit 2."""
+
+
+def fail(message: str) -> "NoReturn":  # noqa: F821
+    """Raise :class:`InputError` with ``message`` (one line: the values and the fix)."""
+    raise InputError(message)
+
+
+# --------------------------------------------------------------------------- errors
+def _one_line(text: str) -> str:
+    return " ".join(str(text).split())
+
+
+def _usage_hint(exc: click.ClickException) -> str:
+    ctx = getattr(exc, "ctx", None)
+    if isinstance(exc, click.UsageError) and ctx is not None:
+        return f" (see '{ctx.command_path} --help')"
+    return ""
+
+
+class SimharnessGroup(click.Group):
+    """A click group whose every bad input ends as one ``error:`` line and exit 2.
+
+    Handles click's usage errors, :class:`SimharnessError` (the library's and
+    :class:`InputError`), unreadable/unwritable paths (``OSError``) and a closed
+    stdout pipe (``simharness export | head``).
+    """
+
+    def main(self, args=None, prog_name=None, complete_var=None, standalone_mode=True,
+             **extra):
+        if not standalone_mode:
+            return super().main(args, prog_name, complete_var, standalone_mode=False, **extra)
+        no_args_help = getattr(click.exceptions, "NoArgsIsHelpError", ())
+        try:
+            rv = super().main(args, prog_name, complete_var, standalone_mode=False, **extra)
+        except no_args_help as exc:  # bare `simharness` / `simharness topology`: the help
+            click.echo(exc.format_message(), color=exc.ctx.color)
+            sys.exit(0)
+        except click.ClickException as exc:
+            _error(exc.format_message() + _usage_hint(exc), exc.exit_code)
+        except SimharnessError as exc:
+            _error(str(exc), 2)
+        except BrokenPipeError:
+            _silence_stdout()
+            sys.exit(0)
+        except OSError as exc:
+            where = f"{exc.filename}: " if getattr(exc, "filename", None) else ""
+            _error(f"{where}{exc.strerror or exc}", 2)
+        except (click.Abort, KeyboardInterrupt, EOFError):
+            _error("aborted", 130)
+        sys.exit(rv if isinstance(rv, int) else 0)
+
+    def get_command(self, ctx, cmd_name):
+        # Accept a unique prefix of a command name (``simharness insp``).
+        cmd = super().get_command(ctx, cmd_name)
+        if cmd is not None:
+            return cmd
+        matches = [n for n in self.list_commands(ctx) if n.startswith(cmd_name)]
+        if len(matches) == 1:
+            return super().get_command(ctx, matches[0])
+        return None
+
+    def resolve_command(self, ctx, args):
+        cmd_name = args[0] if args else None
+        try:
+            return super().resolve_command(ctx, args)
+        except click.UsageError:
+            import difflib
+
+            names = self.list_commands(ctx)
+            close = difflib.get_close_matches(cmd_name or "", names, n=1)
+            hint = f"did you mean '{close[0]}'? " if close else ""
+            raise click.UsageError(f"no such command '{cmd_name}'; {hint}commands are: "
+                                   f"{', '.join(names)}.", ctx) from None
+
+
+def _error(message: str, code: int) -> "NoReturn":  # noqa: F821
+    try:
+        sys.stdout.flush()
+    except (BrokenPipeError, ValueError, OSError):
+        _silence_stdout()
+    click.echo(f"error: {_one_line(message)}", err=True)
+    sys.exit(code)
+
+
+def _silence_stdout() -> None:
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+    except (OSError, ValueError, AttributeError):  # e.g. CliRunner's in-memory stdout
+        pass
+
+
+# ------------------------------------------------------------------ config options
+def _csv_ints(ctx, param, value):
+    if value is None:
+        return None
+    parts = [p for p in value.replace(" ", "").split(",") if p]
+    try:
+        return tuple(int(p) for p in parts)
+    except ValueError:
+        raise click.BadParameter(f"expected integers separated by commas such as 2,2, got "
+                                 f"{value!r}.", ctx, param) from None
+
+
+def _field_value(ctx, param, values):
+    import yaml
+
+    out = []
+    for item in values or ():
+        if "=" not in item:
+            raise click.BadParameter(f"expected FIELD=VALUE such as use_sharp=true, got "
+                                     f"{item!r}.", ctx, param)
+        key, _, raw = item.partition("=")
+        try:
+            value = yaml.safe_load(raw) if raw.strip() else None
+        except yaml.YAMLError:
+            value = raw
+        out.append((key.strip().replace("-", "_"), value))
+    return tuple(out)
+
+
+class WholeNumber(click.ParamType):
+    """An integer >= ``minimum``, with a message that names the value and the fix."""
+
+    name = "integer"
+
+    def __init__(self, minimum: int = 1):
+        self.minimum = minimum
+
+    def convert(self, value, param, ctx):
+        if isinstance(value, int) and not isinstance(value, bool):
+            number = value
+        else:
+            try:
+                number = int(str(value).strip())
+            except ValueError:
+                self.fail(f"{value!r} is not a whole number; pass e.g. {max(self.minimum, 2)}.",
+                          param, ctx)
+        if number < self.minimum:
+            self.fail(f"{number} is too small; it must be >= {self.minimum}.", param, ctx)
+        return number
+
+
+_INT = WholeNumber(0)
+_POS = WholeNumber(1)
+
+# (param name, decls, click kwargs). Field names of ParallelismConfig where one exists.
+_CONFIG_OPTIONS: list[tuple[str, tuple[str, ...], dict[str, Any]]] = [
+    ("config_file", ("--config",), dict(
+        type=click.Path(dir_okay=False), metavar="FILE",
+        help="YAML, TOML or JSON file: ParallelismConfig fields or a NeMo recipe with "
+             "trainer.strategy (NeMo's field names). Flags override its values.")),
+    ("world_size", ("--world-size", "-n"), dict(
+        type=_POS, help="Number of ranks. Default: --nodes x --gpus-per-node, else the file, "
+                        "else the smallest world the sizes fit.")),
+    ("nodes", ("--nodes",), dict(type=_POS, help="Number of nodes (world = nodes x "
+                                                  "gpus-per-node).")),
+    ("gpus_per_node", ("--gpus-per-node",), dict(
+        type=_POS, help=f"GPUs per node (default {DEFAULT_GPUS_PER_NODE}).")),
+    ("tensor_model_parallel_size", ("--tensor-model-parallel-size", "--tp"), dict(type=_POS)),
+    ("pipeline_model_parallel_size", ("--pipeline-model-parallel-size", "--pp"),
+     dict(type=_POS)),
+    ("virtual_pipeline_model_parallel_size",
+     ("--virtual-pipeline-model-parallel-size", "--vpp"), dict(type=_POS)),
+    ("context_parallel_size", ("--context-parallel-size", "--cp"), dict(type=_POS)),
+    ("expert_model_parallel_size", ("--expert-model-parallel-size", "--ep"), dict(type=_POS)),
+    ("expert_tensor_parallel_size", ("--expert-tensor-parallel-size", "--etp"),
+     dict(type=_POS, help="Default: the tensor-parallel size.")),
+    ("num_distributed_optimizer_instances", ("--num-distributed-optimizer-instances",),
+     dict(type=_POS)),
+    ("order", ("--order",), dict(
+        help="Megatron's rank order, e.g. tp-cp-ep-dp-pp (default) or tp-cp-ep-pp-dp.")),
+    ("use_tp_pp_dp_mapping", ("--use-tp-pp-dp-mapping/--no-use-tp-pp-dp-mapping",), dict(
+        default=None, help="Order tp-cp-ep-pp-dp (NeMo's use_tp_pp_dp_mapping).")),
+    ("hierarchical_context_parallel_sizes",
+     ("--hierarchical-cp-sizes", "--hierarchical-context-parallel-sizes"),
+     dict(callback=_csv_ints, metavar="A,B", help="e.g. 2,2 (product = cp).")),
+    ("hybrid_context_parallel", ("--hybrid-context-parallel/--no-hybrid-context-parallel",),
+     dict(default=None)),
+    ("use_gloo_process_groups", ("--gloo/--no-gloo",), dict(
+        default=None, help="Create the Gloo twin groups (default on).")),
+    ("create_all_gather_group", ("--create-all-gather-group/--no-create-all-gather-group",),
+     dict(default=None, help="Separate all-gather communicators for the DP-with-CP group "
+                              "(default off).")),
+    ("rank_offset", ("--rank-offset",), dict(type=_INT)),
+    ("gtp_remat_size", ("--gtp-remat-size",), dict(type=_POS, help="mcore 0.19 only.")),
+    ("expert_gtp_remat_size", ("--expert-gtp-remat-size",), dict(type=_POS,
+                                                                help="mcore 0.19 only.")),
+    ("set_fields", ("--set",), dict(
+        multiple=True, callback=_field_value, metavar="FIELD=VALUE",
+        help="Any other ParallelismConfig field (NeMo name), e.g. --set use_sharp=true. "
+             "Repeatable.")),
+]
+
+# ParallelismConfig fields that have a named flag.
+_FIELD_PARAMS = tuple(name for name, _, _ in _CONFIG_OPTIONS
+                      if name in ParallelismConfig.field_names())
+CONFIG_PARAMS = frozenset(name for name, _, _ in _CONFIG_OPTIONS) | {"mcore"}
+
+
+def config_options(func: Callable | None = None, *, mcore_multiple: bool = False):
+    """Decorator: add every configuration flag (see the module docstring).
+
+    Usable bare (``@config_options``) or called (``@config_options(mcore_multiple=True)``).
+    """
+    def decorate(f: Callable) -> Callable:
+        mcore_help = (f"megatron-core API profile: 0.16 (0.16.x-0.17.x) or 0.19 (0.18+); "
+                      f"default {DEFAULT_MCORE}.")
+        if mcore_multiple:
+            f = click.option("--mcore", "mcore", type=click.Choice(MCORE_PROFILES),
+                             multiple=True, help=mcore_help + " Give twice to compare.")(f)
+        else:
+            f = click.option("--mcore", "mcore", type=click.Choice(MCORE_PROFILES),
+                             default=None, help=mcore_help)(f)
+        for name, decls, kw in reversed(_CONFIG_OPTIONS):
+            kw = dict(kw)
+            kw.setdefault("default", None)
+            f = click.option(*decls, name, **kw)(f)
+        return f
+
+    return decorate(func) if func is not None else decorate
+
+
+def config_flags_given(**kwargs) -> list[str]:
+    """The configuration flags given on the command line (their parameter names)."""
+    return [name for name in CONFIG_PARAMS
+            if kwargs.get(name) is not None and kwargs.get(name) != ()]
+
+
+def _read_file(path: str | None):
+    if not path:
+        return None
+    from ..configfile import read_config_file
+
+    return read_config_file(path)
+
+
+def config_fields_from_options(**kwargs) -> tuple[dict[str, Any], str]:
+    """The merged ParallelismConfig fields (not yet validated) and the profile.
+
+    For commands that want to describe a configuration even when it is
+    invalid (``explain``); others use :func:`config_from_options`.
+    """
+    cf = _read_file(kwargs.get("config_file"))
+    fields: dict[str, Any] = dict(cf.fields) if cf else {}
+    for key, value in kwargs.get("set_fields") or ():
+        fields[ALIASES.get(key, key)] = value
+    flags = {name: kwargs[name] for name in _FIELD_PARAMS if kwargs.get(name) is not None}
+    if "use_tp_pp_dp_mapping" in flags and "order" not in flags:
+        if flags["use_tp_pp_dp_mapping"] and fields.get("order") not in (None, TP_PP_DP_ORDER):
+            fields.pop("order", None)  # the flag overrides an order written in the file
+    if flags.get("use_tp_pp_dp_mapping") and flags.get("order") not in (None, TP_PP_DP_ORDER):
+        fail(f"--order {flags['order']} conflicts with --use-tp-pp-dp-mapping (which means order "
+             f"{TP_PP_DP_ORDER}); give one of them.")
+    fields.update(flags)
+    # The world.
+    world, nodes = kwargs.get("world_size"), kwargs.get("nodes")
+    if nodes is not None:
+        gpn = kwargs.get("gpus_per_node") or (cf.gpus_per_node if cf else None) \
+            or DEFAULT_GPUS_PER_NODE
+        if world is not None and world != nodes * gpn:
+            fail(f"--world-size {world} conflicts with --nodes {nodes} x --gpus-per-node {gpn} "
+                 f"= {nodes * gpn}; give only one of them.")
+        fields["world_size"] = nodes * gpn
+    elif world is None and cf is not None and cf.world_size is not None:
+        fields["world_size"] = cf.world_size
+    mcore = kwargs.get("mcore")
+    if isinstance(mcore, (tuple, list)):
+        mcore = mcore[0] if mcore else None
+    if mcore is None:
+        mcore = (cf.mcore if cf else None) or DEFAULT_MCORE
+    from ..profiles import check_profile
+
+    return fields, check_profile(mcore)
+
+
+def config_from_options(**kwargs) -> tuple[ParallelismConfig, str]:
+    """``(ParallelismConfig, mcore)`` from a command's kwargs; raises SimharnessError."""
+    fields, mcore = config_fields_from_options(**kwargs)
+    return ParallelismConfig.from_dict(fields), mcore
+
+
+def layout_from_options(**kwargs):
+    """``build_layout(*config_from_options(**kwargs))``."""
+    from ..layout import build_layout
+
+    cfg, mcore = config_from_options(**kwargs)
+    return build_layout(cfg, mcore)
+
+
+def node_shape(cfg: ParallelismConfig, **kwargs) -> tuple[int, int]:
+    """``(nodes, gpus_per_node)`` for ``cfg``: the flags, else the file, else 8 per node.
+
+    ``nodes`` is ``ceil(world / gpus_per_node)`` when not given.
+    """
+    cf = _read_file(kwargs.get("config_file"))
+    gpn = kwargs.get("gpus_per_node") or (cf.gpus_per_node if cf else None) \
+        or DEFAULT_GPUS_PER_NODE
+    nodes = kwargs.get("nodes") or -(-cfg.world_size // gpn)
+    return nodes, gpn
+
+
+# ------------------------------------------------------------------ output options
+def output_options(formats: tuple[str, ...] = ("table", "json", "csv"), *,
+                   show_all: bool = True):
+    """Decorator: ``--format/-f`` [fmt], ``--quiet/-q`` [quiet], ``--all`` [show_all]."""
+    def decorate(f: Callable) -> Callable:
+        if show_all:
+            f = click.option("--all", "show_all", is_flag=True, default=False,
+                             help="Print every group/rank instead of the first and last "
+                                  "(large worlds).")(f)
+        f = click.option("--quiet", "-q", "quiet", is_flag=True, default=False,
+                         help="Only the data: no headings, hints or summaries.")(f)
+        f = click.option("--format", "-f", "fmt", type=click.Choice(formats),
+                         default=formats[0], show_default=True, help="Output format.")(f)
+        return f
+
+    return decorate
+

@@ -1,0 +1,241 @@
+"""Read a parallelism configuration from a YAML, TOML or JSON file.
+
+Two shapes are accepted, both with NeMo's field names:
+
+* the bare :class:`~simharness.config.ParallelismConfig` fields (plus the
+  optional keys ``mcore``, ``nodes`` and ``gpus_per_node``)::
+
+      tensor_model_parallel_size: 2
+      pipeline_model_parallel_size: 2
+      world_size: 16
+
+* a NeMo recipe, whose ``trainer.strategy`` section (a ``MegatronStrategy``)
+  holds the parallelism fields; ``trainer.devices`` and ``trainer.num_nodes``
+  give the world when both are whole numbers. Nested ``parallelism`` or
+  ``parallel_config`` mappings inside the strategy are merged in. The
+  strategy's keys that do not shape process groups (``ddp``, ``ckpt_*``,
+  ``_target_``...) are ignored; any other unknown key is an error.
+
+Every problem is a :class:`ConfigFileError` whose message names the file
+(and the line, where the parser reports one) and the fix. The module is pure
+apart from reading the file: no click, no torch.
+
+>>> cf = parse_config_text("trainer:\\n  devices: 8\\n  num_nodes: 2\\n"
+...                        "  strategy:\\n    tensor_model_parallel_size: 2\\n", "job.yaml")
+>>> cf.fields, cf.world_size
+({'tensor_model_parallel_size': 2}, 16)
+"""
+
+from __future__ import annotations
+
+import difflib
+import json
+import os
+import re
+from dataclasses import dataclass, field
+from typing import Any, Mapping
+
+from .config import ALIASES, ParallelismConfig
+from .errors import SimharnessError
+
+SUFFIXES = {".yaml": "yaml", ".yml": "yaml", ".toml": "toml", ".json": "json"}
+
+# Keys of the bare form that are not ParallelismConfig fields.
+EXTRA_KEYS = ("mcore", "nodes", "gpus_per_node")
+
+# MegatronStrategy / DDPStrategy arguments that do not shape process groups.
+STRATEGY_IGNORED = frozenset({
+    "data_sampler", "parallel_devices", "cluster_environment", "checkpoint_io",
+    "find_unused_parameters", "ddp", "fsdp", "lazy_init", "save_ckpt_format",
+    "setup_optimizers", "init_model_parallel", "replace_progress_bar", "progress_interval",
+    "restore_config", "megatron_log_level", "process_group_backend", "timeout",
+    "start_method", "output_data_idx", "accelerator", "gradient_as_bucket_view",
+    "tp_comm_overlap", "tp_comm_bootstrap_backend",
+})
+STRATEGY_NESTED = ("parallelism", "parallel_config")
+
+
+class ConfigFileError(SimharnessError, ValueError):
+    """A configuration file that cannot be read or does not describe a configuration."""
+
+    def __init__(self, message: str, *, path: str | None = None, line: int | None = None):
+        super().__init__(message)
+        self.path = path
+        self.line = line
+
+
+@dataclass(frozen=True)
+class ConfigFile:
+    """What a file says: ``fields`` (ParallelismConfig names), and the extras."""
+
+    path: str
+    fields: dict[str, Any] = field(default_factory=dict)
+    mcore: str | None = None
+    nodes: int | None = None
+    gpus_per_node: int | None = None
+
+    @property
+    def world_size(self) -> int | None:
+        """``world_size`` from the fields, else ``nodes * gpus_per_node``, else None."""
+        if self.fields.get("world_size") is not None:
+            return self.fields["world_size"]
+        if self.nodes is not None and self.gpus_per_node is not None:
+            return self.nodes * self.gpus_per_node
+        return None
+
+
+def _format(path: str, text: str) -> str:
+    suffix = os.path.splitext(path)[1].lower()
+    if suffix in SUFFIXES:
+        return SUFFIXES[suffix]
+    return "json" if text.lstrip().startswith("{") else "yaml"
+
+
+def _parse(text: str, path: str, fmt: str) -> Any:
+    if fmt == "json":
+        try:
+            return json.loads(text)
+        except json.JSONDecodeError as exc:
+            raise ConfigFileError(f"{path}:{exc.lineno}: invalid JSON: {exc.msg} (column "
+                                  f"{exc.colno}); fix the syntax.", path=path,
+                                  line=exc.lineno) from None
+    if fmt == "toml":
+        try:
+            import tomllib
+        except ModuleNotFoundError:  # Python 3.10
+            import tomli as tomllib
+
+        try:
+            return tomllib.loads(text)
+        except tomllib.TOMLDecodeError as exc:
+            msg = str(exc)
+            m = re.search(r"\(at line (\d+), column (\d+)\)", msg)
+            line = int(m.group(1)) if m else getattr(exc, "lineno", None)
+            msg = re.sub(r"\s*\(at line \d+, column \d+\)", "", msg)
+            where = f"{path}:{line}" if line else path
+            raise ConfigFileError(f"{where}: invalid TOML: {msg}; fix the syntax.", path=path,
+                                  line=line) from None
+    import yaml
+
+    try:
+        return yaml.safe_load(text)
+    except yaml.MarkedYAMLError as exc:
+        mark = exc.problem_mark or exc.context_mark
+        line = mark.line + 1 if mark is not None else None
+        what = " ".join(str(p) for p in (exc.context, exc.problem) if p)
+        where = f"{path}:{line}" if line else path
+        raise ConfigFileError(f"{where}: invalid YAML: {what}; fix the syntax.", path=path,
+                              line=line) from None
+    except yaml.YAMLError as exc:
+        raise ConfigFileError(f"{path}: invalid YAML: {' '.join(str(exc).split())}.",
+                              path=path) from None
+
+
+def _whole(path: str, key: str, value: Any) -> int | None:
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ConfigFileError(f"{path}: {key} must be a whole number >= 1, got {value!r}.",
+                              path=path)
+    return value
+
+
+def _unknown(path: str, where: str, keys: list[str], known: set[str]) -> ConfigFileError:
+    hints = []
+    for key in keys:
+        close = difflib.get_close_matches(str(key), sorted(known), n=1)
+        hints.append(repr(key) + (f" (did you mean {close[0]!r}?)" if close else ""))
+    return ConfigFileError(
+        f"{path}: unknown field(s) {', '.join(hints)} in {where}; use NeMo's ParallelismConfig "
+        f"names (e.g. tensor_model_parallel_size) or remove them.", path=path)
+
+
+def config_from_mapping(data: Any, path: str = "<config>") -> ConfigFile:
+    """Interpret a parsed document (bare fields or a NeMo recipe)."""
+    if not isinstance(data, Mapping):
+        kind = "empty" if data is None else f"a {type(data).__name__}"
+        raise ConfigFileError(f"{path}: expected a mapping of configuration fields, the file is "
+                              f"{kind}; write e.g. 'tensor_model_parallel_size: 2'.", path=path)
+    known = set(ParallelismConfig.field_names()) | set(ALIASES)
+    nodes = gpus = None
+    if "trainer" in data or "strategy" in data:
+        trainer = data.get("trainer", {}) if "trainer" in data else {}
+        if not isinstance(trainer, Mapping):
+            raise ConfigFileError(f"{path}: 'trainer' must be a mapping.", path=path)
+        strategy = trainer.get("strategy", data.get("strategy"))
+        if not isinstance(strategy, Mapping):
+            raise ConfigFileError(
+                f"{path}: the recipe has no 'trainer.strategy' mapping with the parallelism "
+                f"fields; add one, or write the ParallelismConfig fields at the top level.",
+                path=path)
+        merged: dict[str, Any] = {}
+        for key, value in strategy.items():
+            if key in STRATEGY_NESTED:
+                if not isinstance(value, Mapping):
+                    raise ConfigFileError(f"{path}: trainer.strategy.{key} must be a mapping.",
+                                          path=path)
+                merged.update(value)
+            else:
+                merged[key] = value
+        fields_ = {}
+        unknown = []
+        for key, value in merged.items():
+            key = str(key)
+            if key in known:
+                fields_[key] = value
+            elif key in STRATEGY_IGNORED or key.startswith(("ckpt_", "_")):
+                continue
+            else:
+                unknown.append(key)
+        if unknown:
+            raise _unknown(path, "trainer.strategy", unknown, known)
+        nodes = trainer.get("num_nodes")
+        gpus = trainer.get("devices")
+        # 'auto', -1 or a list of devices say nothing about the world.
+        nodes = nodes if isinstance(nodes, int) and not isinstance(nodes, bool) else None
+        gpus = gpus if isinstance(gpus, int) and not isinstance(gpus, bool) and gpus > 0 else None
+        mcore = data.get("mcore")
+    else:
+        fields_ = {}
+        unknown = []
+        for key, value in data.items():
+            key = str(key)
+            if key in known:
+                fields_[key] = value
+            elif key not in EXTRA_KEYS:
+                unknown.append(key)
+        if unknown:
+            raise _unknown(path, "the file", unknown, known | set(EXTRA_KEYS))
+        mcore = data.get("mcore")
+        nodes = _whole(path, "nodes", data.get("nodes"))
+        gpus = _whole(path, "gpus_per_node", data.get("gpus_per_node"))
+    if mcore is not None:
+        mcore = str(mcore)
+    # Normalise aliases to field names so later overrides replace them.
+    fields_ = {ALIASES.get(k, k): v for k, v in fields_.items()}
+    return ConfigFile(path=path, fields=fields_, mcore=mcore, nodes=nodes, gpus_per_node=gpus)
+
+
+def parse_config_text(text: str, path: str = "<config>", fmt: str | None = None) -> ConfigFile:
+    """Parse ``text`` as ``fmt`` (``yaml``, ``toml``, ``json``; default: from the name)."""
+    return config_from_mapping(_parse(text, path, fmt or _format(path, text)), path)
+
+
+def read_config_file(path: str | os.PathLike) -> ConfigFile:
+    """Read and interpret a configuration file; errors name the file and the line."""
+    path = os.fspath(path)
+    try:
+        with open(path, encoding="utf-8") as fh:
+            text = fh.read()
+    except FileNotFoundError:
+        raise ConfigFileError(f"{path}: no such file; check the path given to --config.",
+                              path=path) from None
+    except IsADirectoryError:
+        raise ConfigFileError(f"{path}: is a directory, not a configuration file.",
+                              path=path) from None
+    except UnicodeDecodeError:
+        raise ConfigFileError(f"{path}: not a text file (expected YAML, TOML or JSON).",
+                              path=path) from None
+    except OSError as exc:
+        raise ConfigFileError(f"{path}: cannot read: {exc.strerror}.", path=path) from None
+    return parse_config_text(text, path)
