@@ -311,23 +311,28 @@ def _compare_ag(w: _World, ag: str, base: str, cause: str) -> list[Finding]:
                         f"{ag}: {a.shape[0]} groups of {a.shape[1]} but {base} has "
                         f"{b.shape[0]} of {b.shape[1]}{cause}", (), (ag, base))]
     # Per rank: the AG group a rank is in must be its own base group, same order.
-    inv_a, inv_b = w.inverse(ag), w.inverse(base)
-    ok = (inv_a >= 0) & (inv_b >= 0)
-    ranks = np.flatnonzero(ok)
-    rows_a = a[inv_a[ranks]]
-    rows_b = b[inv_b[ranks]]
-    differ = (rows_a != rows_b).any(axis=1)
+    # Row-wise, O(world): AG row i must equal the base row holding its first rank
+    # (if it does, every member's base group is that row too).
+    inv_b = w.inverse(base)
+    first = a[:, 0] - w.off
+    in_world = (first >= 0) & (first < w.W)
+    j = np.where(in_world, inv_b[np.clip(first, 0, w.W - 1)], -1)
+    differ = (j < 0) | (a != b[np.maximum(j, 0)]).any(axis=1)
     if differ.any():
-        bad = ranks[differ] + w.off
-        same_set = np.array_equal(np.sort(rows_a[differ], axis=1), np.sort(rows_b[differ], axis=1))
-        r0 = int(bad[0])
-        detail = (f"rank {r0} is in {ag} group {a[inv_a[r0 - w.off]].tolist()} but its {base} "
-                  f"group is {b[inv_b[r0 - w.off]].tolist()}")
+        rows = np.flatnonzero(differ)
+        bad = np.unique(a[rows].ravel())
+        i0 = int(rows[0])
+        base_row = b[j[i0]] if j[i0] >= 0 else np.array([], dtype=np.int64)
+        same_set = all(j[i] >= 0 and np.array_equal(np.sort(a[i]), np.sort(b[j[i]]))
+                       for i in rows[:64])
+        detail = (f"rank {int(a[i0, 0])} is in {ag} group {a[i0].tolist()} but its {base} "
+                  f"group is {base_row.tolist()}")
         what = "same ranks in a different order" if same_set else "different ranks"
         out.append(Finding("ag-mismatch", "error",
                            f"{ag} ({lay.desc(ag)}) does not line up with {base} "
-                           f"({lay.desc(base)}) on {bad.size} of {w.W} ranks ({what}): "
-                           f"{detail}{cause}", _ranks(bad), (ag, base)))
+                           f"({lay.desc(base)}): {rows.size} of {a.shape[0]} {ag} groups, "
+                           f"{bad.size} of {w.W} ranks ({what}): {detail}{cause}",
+                           _ranks(bad), (ag, base)))
     return out
 
 

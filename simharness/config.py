@@ -395,14 +395,30 @@ class ParallelismConfig:
         return range(self.rank_offset, self.rank_offset + self.world_size)
 
 
-def _order_problem(order: str, sizes: Mapping[str, int]) -> LayoutError | None:
+def order_problem(order: str, sizes: Mapping[str, int]) -> LayoutError | None:
     """Megatron's RankGenerator order handling, as an error or None.
 
-    >>> _order_problem("tp-dp-pp", {"tp": 2, "cp": 2, "ep": 1, "dp": 2, "pp": 1}).megatron_error
+    Checked in Megatron's sequence: a dimension of size > 1 missing from the
+    order first (``RuntimeError``), then tokens it has no size for (the
+    ``name_to_size`` lookup: ``KeyError``). Megatron does not check for a
+    repeated token; simharness rejects it (``values["repeated"]`` names the
+    tokens, and :func:`validate` works out what Megatron would do).
+
+    >>> order_problem("tp-dp-pp", {"tp": 2, "cp": 2, "ep": 1, "dp": 2, "pp": 1}).megatron_error
+    'RuntimeError'
+    >>> order_problem("tp-xx-dp-pp", {"tp": 2, "cp": 2, "ep": 1, "dp": 2, "pp": 1}).megatron_error
     'RuntimeError'
     """
     low = order.lower()
     tokens = low.split("-")
+    for name, size in sizes.items():
+        # Megatron tests substring membership on the lowercased order.
+        if name not in low and size != 1:
+            return LayoutError(
+                f"order {order!r} has no {name!r} but its size is {size} (Megatron: 'The size of "
+                f"({name}) is ({size}), but you haven'tspecified the order ({order}).'); add "
+                f"'{name}' to the order, e.g. {DEFAULT_ORDER!r}.",
+                megatron_error="RuntimeError", order=order, **{name: size})
     unknown = [t for t in tokens if t not in sizes]
     if unknown:
         return LayoutError(
@@ -413,16 +429,54 @@ def _order_problem(order: str, sizes: Mapping[str, int]) -> LayoutError | None:
     if dup:
         return LayoutError(
             f"order {order!r} repeats {', '.join(map(repr, dup))}; name each dimension once, "
-            f"e.g. {DEFAULT_ORDER!r}.", order=order)
-    for name, size in sizes.items():
-        # Megatron tests substring membership on the lowercased order.
-        if name not in low and size != 1:
-            return LayoutError(
-                f"order {order!r} has no {name!r} but its size is {size} (Megatron: 'The size of "
-                f"({name}) is ({size}), but you haven'tspecified the order ({order}).'); add "
-                f"'{name}' to the order, e.g. {DEFAULT_ORDER!r}.",
-                megatron_error="RuntimeError", order=order, **{name: size})
+            f"e.g. {DEFAULT_ORDER!r}.", order=order, repeated=dup)
     return None
+
+
+# Tokens initialize_model_parallel asks each generator for (every other list is a
+# part of one of these).
+_DENSE_TOKENS = ("dp-cp", "dp", "cp", "tp-pp", "tp", "pp", "tp-dp-cp", "tp-dp", "tp-cp")
+_EXPERT_TOKENS = ("ep", "tp", "tp-ep", "tp-ep-pp", "dp")
+
+
+def _repeated_order_outcome(cfg: "ParallelismConfig") -> str | None:
+    """What Megatron does with an order that names a dimension twice.
+
+    It does not check: its RankGenerator keeps one size per token occurrence, so
+    it enumerates a grid of ``W * s`` positions (``s`` the repeated sizes), masks
+    the first occurrence, and ``get_ranks`` returns the first ``W // group_size``
+    groups. It fails only when the two generators' pipeline lists then differ
+    (``AssertionError``) or a group holds a rank ``>= W`` (torch's ``new_group``:
+    ``ValueError: Rank N is out of range``); otherwise it accepts the input.
+    """
+    import numpy as np
+
+    from .grid import Grid
+
+    W = cfg.world_size
+
+    def megatron_grid(sizes: dict[str, int]) -> Grid:
+        low = cfg.order.lower()
+        for name in sizes:  # Megatron appends missing names in name_to_size order
+            if name not in low:
+                low = f"{low}-{name}"
+        names = tuple(low.split("-"))
+        return Grid(names, tuple(sizes[t] for t in names))
+
+    def lists(grid: Grid, token: str) -> np.ndarray:
+        return grid.groups(token)[: W // grid.group_size(token)]
+
+    dense = megatron_grid(dict(tp=cfg.tp, pp=cfg.pp, dp=cfg.dp, ep=1, cp=cfg.cp))
+    expert = megatron_grid(dict(tp=cfg.etp, pp=cfg.pp, dp=cfg.edp, ep=cfg.ep, cp=1))
+    if not np.array_equal(lists(dense, "pp"), lists(expert, "pp")):
+        return "AssertionError"
+    for grid, tokens in ((dense, _DENSE_TOKENS), (expert, _EXPERT_TOKENS)):
+        if any(int(lists(grid, t).max()) >= W for t in tokens):
+            return "ValueError"
+    return None
+
+
+_order_problem = order_problem  # former private name
 
 
 def validate(cfg: ParallelismConfig) -> None:
@@ -440,7 +494,10 @@ def validate(cfg: ParallelismConfig) -> None:
             f"world_size ({W}) is smaller than pipeline_model_parallel_size ({pp}) "
             f"(NeMo: 'Expected world_size ({W}) to be greater than/equal to pipeline size "
             f"({pp})'); use at least {pp} ranks or a smaller pipeline.",
-            megatron_error="ValueError", world_size=W, pipeline_model_parallel_size=pp)
+            # NeMo's ValueError comes first in a NeMo run; megatron-core alone raises
+            # RuntimeError here (W < pp means W is not divisible by tp*pp*cp).
+            megatron_error="RuntimeError", nemo_error="ValueError", world_size=W,
+            pipeline_model_parallel_size=pp)
     if cfg.encoder_pipeline_model_parallel_size != 0:
         raise LayoutError(
             f"encoder_pipeline_model_parallel_size={cfg.encoder_pipeline_model_parallel_size}: "
@@ -466,6 +523,15 @@ def validate(cfg: ParallelismConfig) -> None:
         raise LayoutError(
             f"sharp_enabled_group={cfg.sharp_enabled_group!r} is only valid with use_sharp=True; "
             "set use_sharp or drop sharp_enabled_group.", megatron_error="AssertionError")
+    # megatron-core 0.19 asserts this before the divisibility checks (GTP exists only in 0.19;
+    # the 0.16 profile rejects any GTP size > 1 in profiles.validate_profile).
+    if (cfg.gtp_remat_size > 1 or cfg.expert_gtp_remat_size > 1) and n > 1:
+        raise LayoutError(
+            f"gtp_remat_size={cfg.gtp_remat_size}, expert_gtp_remat_size="
+            f"{cfg.expert_gtp_remat_size} with "
+            f"num_distributed_optimizer_instances={n} (Megatron 0.19: 'GTP_remat with "
+            f"num_distributed_optimizer_instances > 1 is not yet supported.'); use one instance "
+            f"or GTP sizes of 1.", megatron_error="AssertionError")
     # Divisibility of the dense grid.
     if W % cfg.model_size:
         gtp = f"*gtp_remat({cfg.gtp_remat_size})" if cfg.gtp_remat_size > 1 else ""
@@ -482,8 +548,9 @@ def validate(cfg: ParallelismConfig) -> None:
             f"parallel size should be greater than 1 with interleaved schedule'); unset vpp or "
             f"raise pp.", megatron_error="RuntimeError")
     # Generators: dense first, then expert (Megatron's order).
-    problem = _order_problem(cfg.order, {"tp": tp, "pp": pp, "dp": cfg.dp, "ep": 1, "cp": cp})
-    if problem:
+    problem = order_problem(cfg.order, {"tp": tp, "pp": pp, "dp": cfg.dp, "ep": 1, "cp": cp})
+    repeated = problem if problem is not None and problem.values.get("repeated") else None
+    if problem and not repeated:
         raise problem
     emp = cfg.expert_model_size
     if W % emp:
@@ -493,9 +560,9 @@ def validate(cfg: ParallelismConfig) -> None:
             f"that is a multiple of {emp} or change expert_tensor_parallel_size / "
             f"expert_model_parallel_size.",
             megatron_error="RuntimeError", world_size=W, expert_model_size=emp)
-    problem = _order_problem(cfg.order, {"tp": cfg.etp, "pp": pp, "dp": cfg.edp, "ep": ep,
+    problem = order_problem(cfg.order, {"tp": cfg.etp, "pp": pp, "dp": cfg.edp, "ep": ep,
                                          "cp": 1})
-    if problem:
+    if problem and not problem.values.get("repeated"):
         raise problem
     if not (cfg.pp_last or pp == 1 or cfg.edp == cfg.dp):
         raise LayoutError(
@@ -505,6 +572,9 @@ def validate(cfg: ParallelismConfig) -> None:
             f"moe layers must be the same'); make etp*ep equal tp*cp ({tp * cp}) or use a pp-last "
             f"order such as {DEFAULT_ORDER!r}.",
             megatron_error="AssertionError", dp=cfg.dp, expert_dp=cfg.edp)
+    if repeated:  # Megatron goes on with a bogus grid; say what it then does
+        raise LayoutError(str(repeated), megatron_error=_repeated_order_outcome(cfg),
+                          **repeated.values)
     # Dense and expert pipeline groups must agree (checked on the arrays).
     from .grid import Grid  # local import: grid is pure numpy, no cycle at runtime
 

@@ -90,7 +90,7 @@ def _int(v: Any) -> bool:
 
 def explain(fields: Mapping[str, Any], mcore: str = DEFAULT_MCORE) -> Explanation:
     """Explain the configuration given by ``fields`` (NeMo names or aliases)."""
-    from .config import _order_problem
+    from .config import order_problem
     from .profiles import check_profile, validate_profile
 
     given = {ALIASES.get(k, str(k).replace("-", "_")): v for k, v in dict(fields).items()}
@@ -223,14 +223,14 @@ def explain(fields: Mapping[str, Any], mcore: str = DEFAULT_MCORE) -> Explanatio
         add("vpp-needs-pp", "the interleaved schedule (vpp) needs a pipeline",
             f"pp > 1: {pp} > 1", pp > 1)
     if dp is not None:
-        problem = _order_problem(order, {"tp": tp, "pp": pp, "dp": dp, "ep": 1, "cp": cp})
+        problem = order_problem(order, {"tp": tp, "pp": pp, "dp": dp, "ep": 1, "cp": cp})
         named = ", ".join(f"{k}({s})" for k, s in (("tp", tp), ("cp", cp), ("dp", dp),
                                                     ("pp", pp)) if s > 1) or "nothing"
         add("order-dense", "the order names each dimension of size > 1 once, and nothing else",
             f"order {order} must name {named}", problem is None)
         add("world-divisible-expert", f"the world splits into whole expert replicas of {eform}",
             f"world % ({eform}) = {world} % {emodel} = {world % emodel}", world % emodel == 0)
-        problem = _order_problem(order, {"tp": etp, "pp": pp, "dp": edp, "ep": ep, "cp": 1})
+        problem = order_problem(order, {"tp": etp, "pp": pp, "dp": edp, "ep": ep, "cp": 1})
         named = ", ".join(f"{k}({s})" for k, s in (("tp", etp), ("ep", ep), ("dp", edp),
                                                     ("pp", pp)) if s > 1) or "nothing"
         add("order-expert", "the order names each expert dimension (tp=etp, ep, expert dp, pp) "

@@ -175,6 +175,17 @@ class Grid:
                 rest //= s
         return base + _masked_offsets(self.sizes, self.strides, mask)
 
+    def members_many(self, token: str, group_indices) -> np.ndarray:
+        """``(len(group_indices), group_size)``: :meth:`members` of many groups, vectorised."""
+        mask = self._mask(token)
+        rest = np.asarray(group_indices, dtype=RANK_DTYPE).copy()
+        base = np.full(rest.shape, self.offset, dtype=RANK_DTYPE)
+        for i, (s, st) in enumerate(zip(self.sizes, self.strides)):
+            if i not in mask:
+                base += (rest % s) * st
+                rest //= s
+        return base[:, None] + _masked_offsets(self.sizes, self.strides, mask)[None, :]
+
 
 @lru_cache(maxsize=256)
 def _masked_offsets(sizes: tuple[int, ...], strides: tuple[int, ...],

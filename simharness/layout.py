@@ -41,28 +41,77 @@ COORDINATE_KINDS = {
 }
 
 
-@dataclass(frozen=True)
 class Membership:
     """A rank's place in one kind: group number, position in Megatron's list,
-    ``group_rank`` (torch's rank in the group: position in the sorted list)."""
+    ``group_rank`` (torch's rank in the group: position in the sorted list).
 
-    kind: str
-    group: int
-    position: int
-    group_rank: int
-    ranks: np.ndarray
+    ``ranks`` and ``group_rank`` are computed on first use, so a rank's view of a
+    million-rank world costs O(dimensions) per kind until a member list is read.
+    """
+
+    __slots__ = ("kind", "group", "position", "_group_rank", "_ranks", "_source", "_rank")
+
+    def __init__(self, kind: str, group: int, position: int, group_rank: int | None = None,
+                 ranks: np.ndarray | None = None, *, source: GroupSource | None = None,
+                 rank: int | None = None):
+        self.kind, self.group, self.position = kind, group, position
+        self._group_rank, self._ranks = group_rank, ranks
+        self._source, self._rank = source, rank
+
+    @property
+    def ranks(self) -> np.ndarray:
+        if self._ranks is None:
+            self._ranks = np.asarray(self._source.members(self.group))
+        return self._ranks
+
+    @property
+    def size(self) -> int:
+        return len(self._ranks) if self._ranks is not None else self._source.group_size
+
+    @property
+    def group_rank(self) -> int:
+        if self._group_rank is None:
+            if self._source is not None and self._source.sorted_members:
+                self._group_rank = self.position  # members ascend: sorted index == position
+            else:
+                self._group_rank = int(np.count_nonzero(self.ranks < self._rank))
+        return self._group_rank
+
+    def __repr__(self) -> str:
+        return (f"Membership(kind={self.kind!r}, group={self.group}, position={self.position}, "
+                f"group_rank={self.group_rank}, size={self.size})")
 
     def to_dict(self) -> dict:
         return {"group": self.group, "position": self.position, "group_rank": self.group_rank,
                 "ranks": [int(x) for x in self.ranks]}
 
 
-@dataclass(frozen=True)
 class CollectiveGroup:
-    """Which communicator runs one collective: the kind and its ranks."""
+    """Which communicator runs one collective: the kind and its ranks (a tuple, built on
+    first use from the rank's membership)."""
 
-    kind: str
-    ranks: tuple[int, ...]
+    __slots__ = ("kind", "_ranks", "_membership")
+
+    def __init__(self, kind: str, ranks: tuple[int, ...] | None = None, *,
+                 membership: Membership | None = None):
+        self.kind, self._ranks, self._membership = kind, ranks, membership
+
+    @property
+    def ranks(self) -> tuple[int, ...]:
+        if self._ranks is None:
+            self._ranks = tuple(self._membership.ranks.tolist())
+        return self._ranks
+
+    def __eq__(self, other) -> bool:
+        if not isinstance(other, CollectiveGroup):
+            return NotImplemented
+        return self.kind == other.kind and self.ranks == other.ranks
+
+    def __hash__(self) -> int:
+        return hash((self.kind, self.ranks))
+
+    def __repr__(self) -> str:
+        return f"CollectiveGroup(kind={self.kind!r}, ranks={self.ranks!r})"
 
 
 @dataclass(frozen=True)
@@ -204,9 +253,7 @@ class Layout:
         if loc is None:
             return None
         g, pos = loc
-        members = np.asarray(src.members(g))
-        group_rank = int(np.count_nonzero(members < rank))
-        return Membership(kind, int(g), int(pos), group_rank, members)
+        return Membership(kind, int(g), int(pos), source=src, rank=int(rank))
 
     def group_of(self, kind: str, rank: int) -> np.ndarray | None:
         """The ranks of ``rank``'s group of ``kind``, or None when it has none."""
@@ -231,7 +278,7 @@ class Layout:
         coords = {c: groups[k].group_rank for c, k in COORDINATE_KINDS.items() if k in groups}
         pp = groups.get("pp")
         first = pp is None or pp.position == 0
-        last = pp is None or pp.position == len(pp.ranks) - 1
+        last = pp is None or pp.position == pp.size - 1
         return RankView(
             rank=r, groups=groups, coordinates=coords, is_first_stage=first, is_last_stage=last,
             in_embedding_group="embd" in groups, in_position_embedding_group="pos_embd" in groups,
@@ -243,7 +290,7 @@ class Layout:
     def _pick(self, groups: Mapping[str, Membership], *kinds: str) -> CollectiveGroup:
         for k in kinds:
             if k in groups:
-                return CollectiveGroup(k, tuple(int(x) for x in groups[k].ranks))
+                return CollectiveGroup(k, membership=groups[k])
         raise GroupNotInitialized(f"none of the groups {kinds} exists on this rank")
 
     def _collectives(self, r: int, groups: Mapping[str, Membership]) -> Collectives:

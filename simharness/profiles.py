@@ -69,13 +69,8 @@ def validate_profile(cfg: ParallelismConfig, mcore: str) -> None:
             f"use mcore='0.19' or set both to 1.", megatron_error="TypeError")
     if mcore == "0.19":
         gtp, egtp = cfg.gtp_remat_size, cfg.expert_gtp_remat_size
-        if (gtp > 1 or egtp > 1) and cfg.num_distributed_optimizer_instances > 1:
-            raise LayoutError(
-                f"gtp_remat_size={gtp}, expert_gtp_remat_size={egtp} with "
-                f"num_distributed_optimizer_instances={cfg.num_distributed_optimizer_instances} "
-                f"(Megatron 0.19: 'GTP_remat with num_distributed_optimizer_instances > 1 is not "
-                f"yet supported.'); use one instance or GTP sizes of 1.",
-                megatron_error="AssertionError")
+        # (GTP with several optimizer instances is rejected in config.validate, which runs
+        # first: Megatron asserts it before the world-divisibility check.)
         if cfg.create_all_gather_group and (gtp > 1 or egtp > 1):
             raise LayoutError(
                 f"create_all_gather_group with gtp_remat_size={gtp}, expert_gtp_remat_size={egtp}: "
@@ -185,8 +180,8 @@ def build_loops(cfg: ParallelismConfig, mcore: str) -> list[Loop]:
            Ortho(dense, "tp-gtp_remat-dp-cp" if g19 else "tp-dp-cp"))
     simple("tp_dp", "TENSOR_AND_DATA_PARALLEL_GROUP",
            Ortho(dense, "tp-gtp_remat-dp" if g19 else "tp-dp"))
-    simple("tp_cp", "TENSOR_AND_CONTEXT_PARALLEL_GROUP",
-           Ortho(dense, "tp-gtp_remat-cp" if g19 else "tp-cp"))
+    # 0.19 keeps the plain 'tp-cp' token here (only mp, tp-dp-cp and tp-dp gain gtp_remat).
+    simple("tp_cp", "TENSOR_AND_CONTEXT_PARALLEL_GROUP", Ortho(dense, "tp-cp"))
 
     # 11. Expert groups.
     if g19:

@@ -54,6 +54,16 @@ class GroupSource:
     def _members(self, g: int) -> np.ndarray:  # pragma: no cover
         raise NotImplementedError
 
+    def members_many(self, groups: np.ndarray) -> np.ndarray:
+        """``(len(groups), group_size)``: the ranks of several groups at once."""
+        if "_array" in self.__dict__:
+            return self.__dict__["_array"][np.asarray(groups)]
+        return self._members_many(np.asarray(groups))
+
+    def _members_many(self, groups: np.ndarray) -> np.ndarray:
+        rows = [self._members(int(g)) for g in groups]
+        return np.stack(rows) if rows else np.zeros((0, self.group_size), dtype=RANK_DTYPE)
+
     def group_of(self, rank: int) -> Optional[np.ndarray]:
         loc = self.locate(rank)
         return None if loc is None else self.members(loc[0])
@@ -62,6 +72,12 @@ class GroupSource:
     def partitions(self) -> bool:
         """True when every rank of the world is in exactly one group of this kind."""
         return True
+
+    @property
+    def sorted_members(self) -> bool:
+        """True when every group lists its ranks in ascending order, so a rank's
+        position in Megatron's list is also its torch group rank."""
+        return False
 
 
 @dataclass(frozen=True, eq=False)
@@ -90,6 +106,15 @@ class Ortho(GroupSource):
 
     def _members(self, g):
         return self.grid.members(self.token, g)
+
+    def _members_many(self, groups):
+        return self.grid.members_many(self.token, groups)
+
+    @property
+    def sorted_members(self) -> bool:
+        # In-group index runs over the masked dimensions leftmost fastest, and each
+        # dimension's stride exceeds the largest sum of the strides before it.
+        return True
 
 
 @dataclass(frozen=True, eq=False)
@@ -130,6 +155,10 @@ class Chunks(GroupSource):
     def _members(self, g):
         p, c = divmod(int(g), self.per_parent)
         return self.parent.members(p)[c * self.size:(c + 1) * self.size]
+
+    @property
+    def sorted_members(self) -> bool:  # contiguous slices of ascending lists
+        return self.parent.sorted_members
 
 
 @dataclass(frozen=True, eq=False)
@@ -193,6 +222,10 @@ class Hierarchical(GroupSource):
         parent = self.parent.members(p)
         return parent[li * self.s * self.u + ui + self.u * np.arange(self.s)]
 
+    @property
+    def sorted_members(self) -> bool:  # increasing positions of an ascending parent list
+        return self.parent.sorted_members
+
 
 @dataclass(frozen=True, eq=False)
 class Pick(GroupSource):
@@ -241,6 +274,11 @@ class Pick(GroupSource):
     def _members(self, g):
         return self.parent.members(g)[list(self.resolved)]
 
+    @property
+    def sorted_members(self) -> bool:
+        res = self.resolved
+        return self.parent.sorted_members and all(a < b for a, b in zip(res, res[1:]))
+
 
 @dataclass(frozen=True, eq=False)
 class Concat(GroupSource):
@@ -274,7 +312,12 @@ class Concat(GroupSource):
         return g // self.k, (g % self.k) * self.parent.group_size + p
 
     def _members(self, g):
-        return np.concatenate([self.parent.members(int(g) * self.k + i) for i in range(self.k)])
+        first = int(g) * self.k  # one vectorised call, not k Python-level ones
+        return self.parent.members_many(np.arange(first, first + self.k)).ravel()
+
+    @property
+    def sorted_members(self) -> bool:  # joined lists need not ascend ([0,1,4,5,2,3,6,7])
+        return self.k == 1 and self.parent.sorted_members
 
 
 @dataclass(frozen=True, eq=False)
@@ -291,11 +334,25 @@ class Fixed(GroupSource):
         arr.setflags(write=False)
         object.__setattr__(self, "data", arr)
         object.__setattr__(self, "_array", arr)
-        inv = {}
-        for g, row in enumerate(arr.tolist()):
-            for p, r in enumerate(row):
-                inv.setdefault(r, (g, p))
-        object.__setattr__(self, "_inverse", inv)
+        # Inverse index (rank -> first group and position holding it), vectorised;
+        # ranks outside the world (a corrupted plan) go to a small dict.
+        start, size = self.world.start, len(self.world)
+        flat = arr.ravel() - start
+        n_rows, width = arr.shape if arr.size else (0, 0)
+        g_of = np.repeat(np.arange(n_rows, dtype=RANK_DTYPE), width)
+        p_of = np.tile(np.arange(width, dtype=RANK_DTYPE), n_rows)
+        inside = (flat >= 0) & (flat < size)
+        inv_g = np.full(size, -1, dtype=RANK_DTYPE)
+        inv_p = np.full(size, -1, dtype=RANK_DTYPE)
+        idx = np.flatnonzero(inside)[::-1]  # reversed: the first occurrence wins
+        inv_g[flat[idx]] = g_of[idx]
+        inv_p[flat[idx]] = p_of[idx]
+        outside = {}
+        for i in np.flatnonzero(~inside)[::-1]:
+            outside[int(flat[i]) + start] = (int(g_of[i]), int(p_of[i]))
+        object.__setattr__(self, "_inverse", (inv_g, inv_p, outside))
+        object.__setattr__(self, "_sorted", bool(arr.shape[1] < 2 or
+                                                 (np.diff(arr, axis=1) > 0).all()))
 
     @property
     def n_groups(self):
@@ -305,15 +362,19 @@ class Fixed(GroupSource):
     def group_size(self):
         return self.data.shape[1] if self.data.size else 0
 
-    @property
-    def partitions(self):
-        return self.data.size == len(self.world) and len(self._inverse) == len(self.world)
-
     def _build(self):
         return self.data
 
     def locate(self, rank):
-        return self._inverse.get(int(rank))
+        inv_g, inv_p, outside = self._inverse
+        r = int(rank) - self.world.start
+        if 0 <= r < len(inv_g):
+            return None if inv_g[r] < 0 else (int(inv_g[r]), int(inv_p[r]))
+        return outside.get(int(rank))
+
+    @property
+    def sorted_members(self) -> bool:
+        return self._sorted
 
     def _members(self, g):
         return self.data[g]
