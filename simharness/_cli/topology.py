@@ -1,0 +1,323 @@
+"""``simharness topology list|show``, ``simharness place``, ``simharness simulate``.
+
+The commands parse flags, call :mod:`simharness.topology` and format the
+result; the work is in :func:`place_report` and :func:`simulate_report`, which
+take a ready layout (and are what the tests call).
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from typing import Any
+
+import click
+
+from .layout import echo_findings, findings_exit_code, findings_verdict
+from .output import echo, render_table, to_json
+from ..topology import TopologyError, list_topologies, load_cluster, load_spec
+from ..topology.cluster import Cluster
+from ..topology.draw import write_picture
+from ..topology.locality import analyse
+from ..topology.overlap import DEFAULT_COMM_MEMORY_MB, DEFAULT_COMPUTE_MS, simulate
+from ..topology.placement import place_layout, read_hosts
+
+_UNITS = {"": 1, "k": 1e3, "m": 1e6, "g": 1e9, "t": 1e12,
+          "ki": 2 ** 10, "mi": 2 ** 20, "gi": 2 ** 30, "ti": 2 ** 40}
+
+
+class ByteSize(click.ParamType):
+    """A byte count: ``140e9``, ``140G``/``140GB`` (decimal) or ``64GiB`` (binary)."""
+
+    name = "bytes"
+
+    def convert(self, value, param, ctx):
+        if isinstance(value, (int, float)) and not isinstance(value, bool):
+            return float(value)
+        m = re.fullmatch(r"\s*([0-9]*\.?[0-9]+(?:[eE][+-]?[0-9]+)?)\s*([kKmMgGtT]i?)?[bB]?\s*",
+                         str(value))
+        if not m:
+            self.fail(f"{value!r} is not a byte count; write e.g. 140e9, 140GB or 64GiB",
+                      param, ctx)
+        return float(m.group(1)) * _UNITS[(m.group(2) or "").lower()]
+
+
+def _table(headers: list[str], rows: list[list[Any]], align: str | None = None) -> str:
+    return render_table(headers, [["-" if v is None else v for v in r] for r in rows],
+                        align=align)
+
+
+def _gbps(x: float) -> str:
+    return "-" if not math.isfinite(x) else f"{x:.1f}"
+
+
+def cluster_line(cluster: Cluster) -> str:
+    s = cluster.summary()
+    net = (f", {s['nics']} NICs ({s.get('nic_gbit_per_s', 0):g} Gb/s), "
+           f"{s['rails'] or 'no'} rails, {s['leaves']} leaves" + (", spine" if s["spine"] else "")
+           if cluster.n_nics else ", no network")
+    return (f"{s['name']}: {s['nodes']} nodes, {s['gpus']} GPUs ({s['gpus_per_node']} per node), "
+            f"{s['nvlink_domains']} NVLink domain(s) of {s['nvlink_domain_gpus']} at "
+            f"{s['nvlink_gb_per_s']:g} GB/s{net}")
+
+
+# ------------------------------------------------------------------ library-facing
+def place_report(layout, cluster: Cluster, *, hosts=None, first_device=None) -> dict:
+    """Placement, locality rows and findings of ``layout`` on ``cluster``."""
+    placement = place_layout(layout, cluster, first_device=first_device, hosts=hosts)
+    rows, findings = analyse(layout, placement)
+    d = placement.devices
+    return {"cluster": cluster, "placement": placement, "rows": rows, "findings": findings,
+            "first": cluster.device_name(int(d[0])), "last": cluster.device_name(int(d[-1]))}
+
+
+def format_place(report: dict, *, show_all: bool = False, quiet: bool = False) -> str:
+    cluster, placement = report["cluster"], report["placement"]
+    rows = report["rows"] if show_all else [r for r in report["rows"] if r.size > 1]
+    headers = ["kind", "groups", "size", "board", "nvlink", "node", "rail", "leaf", "network",
+               "spine", "hop_links", "step_us", "alone_GB/s", "concurrent_GB/s", "bottleneck"]
+    body = [[r.kind, r.groups, r.size, r.in_board, r.in_nvlink, r.in_node, r.one_rail,
+             r.one_leaf, r.network, r.spine, r.max_hop_links, f"{r.step_latency_us:.1f}",
+             _gbps(r.alone_gb_per_s), _gbps(r.concurrent_gb_per_s), r.bottleneck or "-"]
+            for r in rows]
+    out = []
+    if not quiet:
+        first = placement.first_rank
+        out.append(f"topology {cluster_line(cluster)}")
+        out.append(f"placement ({placement.how}): ranks {first}..{first + placement.world_size - 1}"
+                   f" on {report['first']} .. {report['last']}")
+        out.append("columns board..spine count groups inside one board / NVLink domain / node / "
+                   "rail / leaf, and groups using the network / the spine")
+    out.append(_table(headers, body, align="l" + "r" * 13 + "l"))
+    hidden = len(report["rows"]) - len(rows)
+    if hidden and not quiet:
+        out.append(f"({hidden} kinds of single-rank groups hidden; --all shows them)")
+    return "\n".join(out)
+
+
+def place_json(report: dict) -> dict:
+    placement = report["placement"]
+    return {"topology": report["cluster"].summary(), "placement": {
+        "how": placement.how, "first_rank": placement.first_rank,
+        "world_size": placement.world_size, "first_device": report["first"],
+        "last_device": report["last"]},
+        "locality": [r.to_dict() for r in report["rows"]],
+        "findings": [f.to_dict() for f in report["findings"]]}
+
+
+def simulate_report(layout, cluster: Cluster, *, hosts=None, first_device=None, **model) -> Any:
+    """:func:`simharness.topology.overlap.simulate` after placing ``layout``."""
+    placement = place_layout(layout, cluster, first_device=first_device, hosts=hosts)
+    return simulate(layout, placement, **model)
+
+
+def format_simulate(rep, cluster: Cluster, *, quiet: bool = False) -> str:
+    ms = lambda s: f"{s * 1e3:.3f}"  # noqa: E731
+    out = []
+    if not quiet:
+        out.append(f"topology {cluster_line(cluster)}")
+        out.append(f"reduce-scatter over {rep.rs_kind}, all-gather over {rep.ag_kind}; "
+                   f"{rep.layers_per_stage} layers per pipeline stage, {ms(rep.compute_s)} ms "
+                   f"backward compute per layer")
+        out.append(f"per layer: reduce-scatter {rep.rs_bytes / 1e6:.1f} MB, all-gather "
+                   f"{rep.ag_bytes / 1e6:.1f} MB; ring bottleneck: {rep.rs_bottleneck or '-'}")
+    out.append(_table(["collective (per layer)", "alone_ms", "with_other_ms"], [
+        ["reduce-scatter", ms(rep.rs_alone_s), ms(rep.rs_shared_s)],
+        ["all-gather", ms(rep.ag_alone_s), ms(rep.ag_shared_s)]], align="lrr"))
+    out.append(f"latency share {rep.latency_share:.0%}; a collective runs "
+               f"{rep.shared_slowdown:.2f}x slower while the other moves data")
+    out.append("")
+    out.append(_table(["backward pass", "step_ms", "exposed_comm_ms", "overlapped_ms"], [
+        ["one communicator", ms(rep.one.step_s), ms(rep.one.exposed_s), ms(rep.one.overlap_s)],
+        ["separate all-gather communicator", ms(rep.separate.step_s), ms(rep.separate.exposed_s),
+         ms(rep.separate.overlap_s)]], align="lrrr"))
+    out.append(f"gain of create_all_gather_group: {ms(rep.gain_s)} ms per step "
+               f"({rep.gain_pct:.1f}%); memory: +{rep.extra_memory_mb:.0f} MB per GPU "
+               f"({rep.extra_communicators} extra communicator(s) x {rep.comm_memory_mb:.0f} MB)")
+    out.append(f"verdict: {rep.verdict}")
+    return "\n".join(out)
+
+
+# ------------------------------------------------------------------ flag handling
+def _layout_and_cluster(topology: str, kwargs: dict, *, hosts_list, first_device):
+    """Build the layout from the config flags and the cluster it runs on.
+
+    ``--nodes`` sizes the cluster; without ``--world-size`` the world fills it
+    (nodes x the topology's GPUs per node). With neither (nor ``--config`` or
+    ``--hosts``) the cluster is the file's ``default_nodes``. Otherwise the
+    cluster has just enough nodes for the ranks (or the host list).
+    """
+    from .common import layout_from_options
+
+    spec = load_spec(topology)
+    gpn = spec.node.gpus
+    given_gpn = kwargs.get("gpus_per_node")
+    if given_gpn is not None and given_gpn != gpn:
+        raise TopologyError(f"--gpus-per-node {given_gpn} contradicts topology {spec.name!r} "
+                            f"({gpn} GPUs per node); drop --gpus-per-node")
+    nodes = kwargs.get("nodes")
+    if nodes is None and kwargs.get("world_size") is None and not kwargs.get("config_file") \
+            and not hosts_list:
+        nodes = spec.default_nodes  # no size given: fill the topology's default cluster
+    opts = dict(kwargs, gpus_per_node=gpn, nodes=nodes)
+    if kwargs.get("world_size") is not None:
+        opts["nodes"] = None  # --nodes sizes the cluster, --world-size the layout
+    layout = layout_from_options(**opts)
+    if nodes is None:
+        last = (layout.rank_offset if first_device is None else first_device) + layout.world_size
+        nodes = max(-(-last // gpn), len(set(hosts_list)) if hosts_list else 0, 1)
+    return layout, load_cluster(spec, nodes)
+
+
+def _common():
+    from .common import config_options, output_options
+
+    return config_options, output_options
+
+
+def register(main: click.Group) -> None:
+    """Add ``topology``, ``place`` and ``simulate`` to the ``simharness`` group."""
+    config_options, output_options = _common()
+
+    @main.group("topology")
+    def topology_group():
+        """Cluster topologies (topologies/*.toml, or your own file)."""
+
+    @topology_group.command("list")
+    @output_options(formats=("table", "json"), show_all=False)
+    def topology_list(fmt, quiet):
+        """List the shipped topologies."""
+        specs = [load_spec(n) for n in list_topologies()]
+        if fmt == "json":
+            echo(to_json([{"name": s.name, "description": s.description,
+                                    "gpus_per_node": s.node.gpus,
+                                    "nvlink_domain_gpus": s.scale_up.domain_gpus,
+                                    "default_nodes": s.default_nodes, "max_nodes": s.max_nodes,
+                                    "file": s.source} for s in specs]))
+            return
+        rows = [[s.name, s.node.gpus, s.scale_up.domain_gpus, s.default_nodes,
+                 s.max_nodes or "-", s.description] for s in specs]
+        echo(_table(["name", "gpus/node", "nvlink_domain", "default_nodes", "max_nodes",
+                     "description"], rows, align="lrrrrl"))
+
+    @topology_group.command("show")
+    @click.argument("name")
+    @click.option("--nodes", type=click.IntRange(min=1), default=None,
+                  help="Node count (default: the file's default_nodes).")
+    @click.option("--out", type=click.Path(dir_okay=False), default=None,
+                  help="Write a picture of the node/switch graph: FILE.svg (or FILE.png "
+                       "where matplotlib is installed).")
+    @output_options(formats=("table", "json"), show_all=False)
+    def topology_show(name, nodes, out, fmt, quiet):
+        """Summarise topology NAME (a shipped name or a .toml path) as a graph."""
+        cluster = load_cluster(name, nodes)
+        graph = cluster.graph()
+        kinds: dict[str, int] = {}
+        for _, k in graph.nodes(data="kind"):
+            kinds[k] = kinds.get(k, 0) + 1
+        tiers: dict[str, dict] = {}
+        for _, _, e in graph.edges(data=True):
+            t = tiers.setdefault(e["tier"], {"links": 0, "bandwidth_gb_per_s": e[
+                "bandwidth_gb_per_s"], "effective_gb_per_s": e["capacity_gb_per_s"],
+                "latency_us": e["latency_us"]})
+            t["links"] += 1
+        summary = dict(cluster.summary(), graph_nodes=graph.number_of_nodes(),
+                       graph_edges=graph.number_of_edges(), node_kinds=kinds, tiers=tiers,
+                       references=list(cluster.spec.references))
+        if out:
+            summary["picture"] = str(write_picture(cluster, out))
+        if fmt == "json":
+            echo(to_json(summary))
+            return
+        lines = [cluster_line(cluster)] if not quiet else []
+        if not quiet and cluster.spec.description:
+            lines.append(cluster.spec.description)
+        lines.append(f"graph: {summary['graph_nodes']} nodes "
+                     f"({', '.join(f'{v} {k}' for k, v in kinds.items())}), "
+                     f"{summary['graph_edges']} links")
+        lines.append(_table(["tier", "links", "GB/s_per_dir", "effective_GB/s", "latency_us"],
+                            [[k, v["links"], f"{v['bandwidth_gb_per_s']:g}",
+                              f"{v['effective_gb_per_s']:.1f}", f"{v['latency_us']:g}"]
+                             for k, v in tiers.items()], align="lrrrr"))
+        if out:
+            lines.append(f"wrote {summary['picture']}")
+        echo("\n".join(lines))
+
+    placement_opts = [
+        click.option("--topology", "topology", required=True, metavar="NAME|FILE",
+                     help="Topology name (simharness topology list) or .toml file."),
+        click.option("--hosts", "hosts", default=None, metavar="FILE|LIST",
+                     help="Host of each rank, first rank first: a file (one host per line, "
+                          "or 'host slots=N') or a comma-separated list."),
+        click.option("--first-device", "first_device", type=click.IntRange(min=0), default=None,
+                     help="Device index of the layout's first rank (default: its global rank, "
+                          "torchrun order)."),
+    ]
+
+    def with_placement(f):
+        for opt in reversed(placement_opts):
+            f = opt(f)
+        return f
+
+    @main.command("place")
+    @config_options
+    @with_placement
+    @output_options(formats=("table", "json"))
+    @click.pass_context
+    def place_cmd(ctx, topology, hosts, first_device, fmt, quiet, show_all, **kwargs):
+        """Map the layout's ranks onto a topology: locality per group kind and findings.
+
+        --nodes sizes the cluster (and, without --world-size, the world). Exits 1
+        when a finding is an error (a TP group leaving its NVLink domain).
+        """
+        hosts_list = read_hosts(hosts) if hosts else None
+        layout, cluster = _layout_and_cluster(topology, kwargs, hosts_list=hosts_list,
+                                              first_device=first_device)
+        report = place_report(layout, cluster, hosts=hosts_list, first_device=first_device)
+        findings = report["findings"]
+        if fmt == "json":
+            echo(to_json(place_json(report)))
+        else:
+            echo(format_place(report, show_all=show_all, quiet=quiet))
+            echo()
+            echo_findings(findings)
+            if not quiet:
+                echo(findings_verdict(findings, strict=False))
+        code = findings_exit_code(findings, strict=False)
+        if code:
+            ctx.exit(code)
+
+    @main.command("simulate")
+    @config_options
+    @with_placement
+    @click.option("--model-bytes", type=ByteSize(), required=True,
+                  help="Parameter bytes of the whole model in the all-gather dtype, e.g. 140GB.")
+    @click.option("--layers", type=click.IntRange(min=1), required=True,
+                  help="Number of transformer layers of the whole model.")
+    @click.option("--compute-ms", type=click.FloatRange(min=0), default=DEFAULT_COMPUTE_MS,
+                  show_default=True, help="Backward compute time of one layer.")
+    @click.option("--grad-scale", type=click.FloatRange(min=0), default=1.0, show_default=True,
+                  help="Gradient bytes per parameter byte (2 for fp32 grads of bf16 params).")
+    @click.option("--rs-kind", default="dp_cp", show_default=True,
+                  help="Group kind of the gradient reduce-scatter.")
+    @click.option("--ag-kind", default=None,
+                  help="Group kind of the parameter all-gather (default: the --rs-kind's "
+                       "all-gather twin, e.g. dp_cp_ag, when the layout has it, else --rs-kind).")
+    @click.option("--comm-memory-mb", type=click.FloatRange(min=0),
+                  default=DEFAULT_COMM_MEMORY_MB, show_default=True,
+                  help="GPU memory of one NCCL communicator (544-688 MB on A100, NVIDIA/nccl#964).")
+    @output_options(formats=("table", "json"), show_all=False)
+    def simulate_cmd(topology, hosts, first_device, model_bytes, layers, compute_ms, grad_scale,
+                     rs_kind, ag_kind, comm_memory_mb, fmt, quiet, **kwargs):
+        """Backward-pass step model: one communicator vs a separate all-gather communicator."""
+        hosts_list = read_hosts(hosts) if hosts else None
+        layout, cluster = _layout_and_cluster(topology, kwargs, hosts_list=hosts_list,
+                                              first_device=first_device)
+        rep = simulate_report(layout, cluster, hosts=hosts_list, first_device=first_device,
+                              model_bytes=model_bytes, layers=layers, compute_ms=compute_ms,
+                              grad_scale=grad_scale, rs_kind=rs_kind, ag_kind=ag_kind,
+                              comm_memory_mb=comm_memory_mb)
+        if fmt == "json":
+            echo(to_json(dict(rep.to_dict(), topology=cluster.summary())))
+        else:
+            echo(format_simulate(rep, cluster, quiet=quiet))

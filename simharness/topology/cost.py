@@ -1,0 +1,276 @@
+"""Alpha-beta cost of ring collectives, with max-min fair link sharing.
+
+**Ring model.** A group's ring visits its members sorted by device (NCCL's
+ring search keeps the GPUs of an NVLink domain together). Inside one NVLink
+domain every member sends once to the next through the NVSwitch. A ring that
+spans domains is split into ``m`` channels, ``m`` = the fewest members the
+group has in any domain it touches; channel ``c`` enters and leaves every
+domain through the NIC of the domain's ``c``-th member (NCCL with PXN keeps a
+channel on one rail), so a domain boundary costs ``1/m`` of the volume on each
+of ``m`` NIC pairs. Routes between GPUs on different rails go through the
+spine (PXN detours are not modelled).
+
+**Rates.** A ring running at rate ``r`` moves ``r`` bytes/s through every hop,
+so link ``l`` carries ``w_l * r`` where ``w_l`` sums the ring's hops (and
+channel fractions) crossing it. Rings running at once share every link
+max-min fairly (progressive filling, :func:`maxmin_rates`); a ring alone runs
+at ``min_l capacity_l / w_l``.
+
+**Time** (nccl-tests conventions, ``S`` = the buffer size nccl-tests reports,
+``n`` ranks, ``alpha`` = the slowest hop's latency)::
+
+    all-gather, reduce-scatter: base + (n-1) alpha + (n-1)/n S / r
+    all-reduce:                 base + 2(n-1) alpha + 2(n-1)/n S / r
+    busbw = S / t * factor, factor (n-1)/n resp. 2(n-1)/n
+
+so for large ``S`` the bus bandwidth tends to the ring's rate ``r``.
+
+>>> from simharness.topology import load_cluster
+>>> node = load_cluster("dgx-h100")
+>>> round(bus_bandwidth(node, range(8), "all_gather", 1 << 30))   # GB/s
+367
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import cached_property
+
+import numpy as np
+
+from .cluster import TIERS, Cluster
+from .errors import TopologyError
+
+COLLECTIVES = ("all_gather", "reduce_scatter", "all_reduce")
+_ALIASES = {"allgather": "all_gather", "ag": "all_gather", "reducescatter": "reduce_scatter",
+            "rs": "reduce_scatter", "allreduce": "all_reduce", "ar": "all_reduce"}
+
+
+def _collective(name: str) -> str:
+    key = name.replace("-", "_").lower()
+    key = _ALIASES.get(key.replace("_", ""), key)
+    if key not in COLLECTIVES:
+        raise TopologyError(f"unknown collective {name!r}; expected one of "
+                            f"{', '.join(COLLECTIVES)}")
+    return key
+
+
+def bus_factor(collective: str, n) -> np.ndarray:
+    """nccl-tests bus-bandwidth factor: (n-1)/n, or 2(n-1)/n for all-reduce."""
+    n = np.asarray(n, dtype=float)
+    f = (n - 1) / n
+    return 2 * f if _collective(collective) == "all_reduce" else f
+
+
+def ring_steps(collective: str, n) -> np.ndarray:
+    """Latency-bearing steps of a ring: n-1, or 2(n-1) for all-reduce."""
+    n = np.asarray(n, dtype=float)
+    return 2 * (n - 1) if _collective(collective) == "all_reduce" else n - 1
+
+
+@dataclass(frozen=True, eq=False)
+class Rings:
+    """The rings of a set of groups on a cluster.
+
+    ``flow, link, weight`` is the sparse load matrix (one entry per ring and
+    directed link it uses, ``weight`` = hops of the ring on that link);
+    per ring: ``size``, ``step_latency_us`` (slowest hop incl. its components),
+    ``max_links`` (links on the longest hop), ``crosses_domain``,
+    ``uses_spine``, ``rail_mismatch`` (a domain crossing between two rails).
+    """
+
+    cluster: Cluster
+    devices: np.ndarray
+    flow: np.ndarray
+    link: np.ndarray
+    weight: np.ndarray
+    step_latency_us: np.ndarray
+    max_links: np.ndarray
+    crosses_domain: np.ndarray
+    uses_spine: np.ndarray
+    rail_mismatch: np.ndarray
+
+    @property
+    def n_rings(self) -> int:
+        return self.devices.shape[0]
+
+    @property
+    def size(self) -> int:
+        return self.devices.shape[1]
+
+    @cached_property
+    def _alone(self) -> tuple[np.ndarray, np.ndarray]:
+        rate = np.full(self.n_rings, np.inf)
+        tier = np.full(self.n_rings, -1, dtype=np.int64)
+        if self.flow.size:
+            val = self.cluster.capacity[self.link] / self.weight
+            order = np.lexsort((val, self.flow))
+            f = self.flow[order]
+            first = np.flatnonzero(np.r_[True, f[1:] != f[:-1]])
+            rate[f[first]] = val[order][first]
+            tier[f[first]] = self.cluster.link_tier[self.link[order][first]]
+        return rate, tier
+
+    @property
+    def alone_gb_per_s(self) -> np.ndarray:
+        """Per ring: its rate when it runs alone (bottleneck capacity / load)."""
+        return self._alone[0]
+
+    @property
+    def bottleneck_tier(self) -> list[str]:
+        """Per ring: the tier of its bottleneck link when alone ('' for size 1)."""
+        return [TIERS[t] if t >= 0 else "" for t in self._alone[1]]
+
+    def concurrent_gb_per_s(self) -> np.ndarray:
+        """Per ring: its max-min fair rate when all rings run at once."""
+        return maxmin_rates(self.flow, self.link, self.weight, self.cluster.capacity,
+                            self.n_rings)
+
+
+def build_rings(cluster: Cluster, devices) -> Rings:
+    """Rings over the rows of ``devices`` (``(n_groups, size)`` device indices).
+
+    >>> from simharness.topology import load_cluster
+    >>> c = load_cluster("dgx-h100-superpod", nodes=2)
+    >>> r = build_rings(c, [[0, 8]])             # GPU 0 of two nodes: rail 0
+    >>> float(r.alone_gb_per_s[0]), r.bottleneck_tier[0]
+    (47.0, 'nic')
+    """
+    dev = np.asarray(devices, dtype=np.int64)
+    if dev.ndim != 2:
+        raise TopologyError(f"devices must be a 2-D array (groups x size), got shape {dev.shape}")
+    g, k = dev.shape
+    empty = np.zeros(0, dtype=np.int64)
+    zeros_b = np.zeros(g, dtype=bool)
+    if k < 2 or g == 0:
+        return Rings(cluster, dev, empty, empty, np.zeros(0), np.zeros(g), np.zeros(g, np.int64),
+                     zeros_b, zeros_b.copy(), zeros_b.copy())
+    ds = np.sort(dev, axis=1)
+    if (ds[:, 1:] == ds[:, :-1]).any():
+        raise TopologyError("two ranks of one group sit on the same device; check the placement")
+    dom = cluster.domain_of(ds)
+    start = np.ones((g, k), dtype=bool)
+    start[:, 1:] = dom[:, 1:] != dom[:, :-1]
+    flat_start = np.flatnonzero(start.ravel())
+    seg_size = np.diff(np.r_[flat_start, g * k])
+    seg_of = np.cumsum(start.ravel()) - 1
+    size_el = seg_size[seg_of].reshape(g, k)
+    m = size_el.min(axis=1)
+    multi = start.sum(axis=1) > 1
+    off = cluster.link_offsets
+
+    # NVLink: every member of a multi-member segment sends and receives once.
+    nv = (size_el > 1).ravel()
+    nv_rows = np.repeat(np.arange(g), k)[nv]
+    nv_dev = ds.ravel()[nv]
+    flows = [nv_rows, nv_rows]
+    links = [off["nvl_up"] + nv_dev, off["nvl_down"] + nv_dev]
+    weights = [np.ones(nv_rows.size), np.ones(nv_rows.size)]
+    su_lat = cluster.spec.scale_up.latency_us
+    has_nv = (size_el > 1).any(axis=1)
+    step_lat = np.where(has_nv, su_lat, 0.0)
+    max_links = np.where(has_nv, 2, 0)
+    uses_spine = zeros_b.copy()
+    rail_mismatch = zeros_b.copy()
+
+    if multi.any():
+        idx = np.arange(k)
+        seg_first_el = np.maximum.accumulate(np.where(start, idx, 0), axis=1)
+        pos = (idx - seg_first_el).ravel()
+        rows_el = np.repeat(np.arange(g), k)
+        send = multi[rows_el] & (pos < m[rows_el])
+        seg_row = flat_start // k
+        is_first = np.r_[True, seg_row[1:] != seg_row[:-1]]
+        is_last = np.r_[seg_row[1:] != seg_row[:-1], True]
+        first_seg = np.maximum.accumulate(np.where(is_first, np.arange(seg_row.size), 0))
+        next_seg = np.where(is_last, first_seg, np.arange(seg_row.size) + 1)
+        src_el = np.flatnonzero(send)
+        dst_el = flat_start[next_seg[seg_of[src_el]]] + pos[src_el]
+        src, dst = ds.ravel()[src_el], ds.ravel()[dst_el]
+        rows = rows_el[src_el]
+        route = cluster.routes(src, dst)
+        nlinks, _, lat = cluster.route_stats(route)
+        valid = route >= 0
+        flows.append(np.repeat(rows, valid.sum(axis=1)))
+        links.append(route[valid])
+        weights.append(np.repeat(1.0 / m[rows], valid.sum(axis=1)))
+        np.maximum.at(step_lat, rows, lat)
+        np.maximum.at(max_links, rows, nlinks)
+        spine = route[:, 2] >= 0
+        uses_spine[rows[spine]] = True
+        if cluster.rail_wired:
+            bad = cluster.rail_of(src) != cluster.rail_of(dst)
+            rail_mismatch[rows[bad]] = True
+
+    flow = np.concatenate(flows)
+    link = np.concatenate(links)
+    weight = np.concatenate(weights)
+    key = flow * cluster.n_links + link
+    ukey, inv = np.unique(key, return_inverse=True)
+    weight = np.bincount(inv, weights=weight)
+    return Rings(cluster, dev, ukey // cluster.n_links, ukey % cluster.n_links, weight,
+                 step_lat, max_links, multi, uses_spine, rail_mismatch)
+
+
+def maxmin_rates(flow, link, weight, capacity, n_flows: int) -> np.ndarray:
+    """Max-min fair rates of flows that load links (progressive filling).
+
+    Flow ``f`` at rate ``r_f`` puts ``weight * r_f`` on each of its links; all
+    rates rise together until a link saturates, the flows on it freeze, and
+    the rest keep rising. Flows with no link get ``inf``.
+
+    >>> maxmin_rates([0, 1, 1], [0, 0, 1], [1.0, 1.0, 1.0], [10.0, 3.0], 2).tolist()
+    [7.0, 3.0]
+    """
+    flow = np.asarray(flow, dtype=np.int64)
+    link = np.asarray(link, dtype=np.int64)
+    weight = np.asarray(weight, dtype=float)
+    cap = np.asarray(capacity, dtype=float).copy()
+    cap0 = cap.copy()
+    rate = np.zeros(n_flows)
+    active = np.zeros(n_flows, dtype=bool)
+    active[flow] = True
+    rate[~active] = np.inf
+    while active.any():
+        on = active[flow]
+        load = np.bincount(link[on], weights=weight[on], minlength=cap.size)
+        used = load > 0
+        share = np.full(cap.size, np.inf)
+        share[used] = cap[used] / load[used]
+        inc = share.min()
+        rate[active] += inc
+        cap -= inc * load
+        saturated = used & (cap <= 1e-9 * np.maximum(cap0, 1e-30))
+        hit = np.zeros(n_flows, dtype=bool)
+        hit[flow[on & saturated[link]]] = True
+        active &= ~hit
+    return rate
+
+
+def collective_time(collective: str, n, size_bytes, rate_gb_per_s, step_latency_us,
+                    base_latency_us: float = 0.0) -> np.ndarray:
+    """Seconds for a ring collective (vectorised over groups); 0 for n == 1."""
+    n = np.asarray(n, dtype=float)
+    rate = np.asarray(rate_gb_per_s, dtype=float) * 1e9
+    with np.errstate(divide="ignore", invalid="ignore"):
+        beta = np.where(n > 1, bus_factor(collective, n) * size_bytes / rate, 0.0)
+    alpha = ring_steps(collective, n) * np.asarray(step_latency_us) * 1e-6
+    return np.where(n > 1, base_latency_us * 1e-6 + alpha + beta, 0.0)
+
+
+def bus_bandwidth(cluster: Cluster, devices, collective: str, size_bytes: float,
+                  concurrent=None) -> float:
+    """Predicted nccl-tests busbw (GB/s) of one group on ``devices``.
+
+    ``concurrent``: other groups (rows of device indices) running the same
+    collective at the same time; the rate is then the max-min fair share.
+    """
+    rows = [list(devices)] + ([list(r) for r in concurrent] if concurrent is not None else [])
+    if len({len(r) for r in rows}) != 1:
+        raise TopologyError("concurrent groups must have the size of the measured group")
+    rings = build_rings(cluster, rows)
+    rate = rings.concurrent_gb_per_s()[0] if len(rows) > 1 else rings.alone_gb_per_s[0]
+    n = rings.size
+    t = collective_time(collective, n, size_bytes, rate, rings.step_latency_us[0],
+                        cluster.spec.base_latency_us)
+    return float(size_bytes / t * bus_factor(collective, n) / 1e9)

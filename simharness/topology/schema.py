@@ -1,0 +1,266 @@
+"""The topology file schema: a TOML table -> a validated :class:`TopologySpec`.
+
+One schema for every file in ``topologies/`` (documented field by field in
+``topologies/README.md``). Every problem is a :class:`TopologyError` naming the
+file, the field, the value found and what was expected:
+
+>>> parse_spec({"name": "x", "node": {"gpus": "eight"}}, "x.toml")
+Traceback (most recent call last):
+...
+simharness.topology.errors.TopologyError: x.toml: [node] gpus: expected a whole number >= 1, \
+got 'eight'
+
+Units are in the field names: ``*_gb_per_s`` is gigabytes (1e9 bytes) per
+second per direction, ``*_gbit_per_s`` gigabits per second (the line rate
+vendors quote), ``*_us`` microseconds.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from .errors import TopologyError
+
+SCHEMA_VERSION = 1
+WIRINGS = ("rail", "tor")
+_MISSING = object()
+
+
+@dataclass(frozen=True)
+class NodeSpec:
+    """One host: ``gpus`` devices (process slots for cpu-loopback), grouped in boards."""
+
+    gpus: int
+    gpus_per_board: int
+    gpu: str = ""
+
+
+@dataclass(frozen=True)
+class ScaleUpSpec:
+    """The NVLink (scale-up) domain: ``domain_gpus`` GPUs behind one NVSwitch fabric.
+
+    ``bandwidth_gb_per_s`` is per GPU per direction (NVLink4: 450); a collective
+    reaches ``bandwidth_gb_per_s * efficiency``; ``latency_us`` is one
+    GPU-to-GPU step through the switch.
+    """
+
+    domain_gpus: int
+    bandwidth_gb_per_s: float
+    efficiency: float
+    latency_us: float
+    technology: str = ""
+
+
+@dataclass(frozen=True)
+class TierSpec:
+    """One switch tier. Tier 0 is the leaf tier, tier 1 (optional) the spine."""
+
+    name: str
+    latency_us: float
+    port_speed_gbit_per_s: float
+    nodes_per_switch: int | None = None
+    uplink_ports: int = 0
+    ports: int | None = None
+
+
+@dataclass(frozen=True)
+class ScaleOutSpec:
+    """NICs and the switched network above them."""
+
+    nics_per_node: int
+    speed_gbit_per_s: float
+    efficiency: float
+    nic_latency_us: float
+    pcie_gb_per_s: float
+    wiring: str
+    tiers: tuple[TierSpec, ...]
+    nic: str = ""
+
+    @property
+    def nic_gb_per_s(self) -> float:
+        """Line rate of one NIC port in GB/s (400 Gb/s -> 50 GB/s)."""
+        leaf_port = self.tiers[0].port_speed_gbit_per_s
+        return min(self.speed_gbit_per_s, leaf_port) / 8.0
+
+
+@dataclass(frozen=True)
+class TopologySpec:
+    """A validated topology file (see ``topologies/README.md``)."""
+
+    name: str
+    description: str
+    source: str
+    default_nodes: int
+    max_nodes: int | None
+    node: NodeSpec
+    scale_up: ScaleUpSpec
+    scale_out: ScaleOutSpec | None
+    base_latency_us: float
+    references: tuple[str, ...] = ()
+
+    @property
+    def nodes_per_domain(self) -> int:
+        return self.scale_up.domain_gpus // self.node.gpus
+
+
+class _Table:
+    """Typed reads from one TOML table; ``done()`` rejects unknown keys."""
+
+    def __init__(self, data: Any, where: str, source: str):
+        if not isinstance(data, dict):
+            raise TopologyError(f"{source}: {where}: expected a table, got {data!r}",
+                                source=source, field=where)
+        self.data, self.where, self.source = data, where, source
+        self.seen: set[str] = set()
+
+    def _fail(self, key: str, expected: str, value: Any = _MISSING) -> TopologyError:
+        got = "it is missing" if value is _MISSING else f"got {value!r}"
+        prefix = f"{self.where} " if self.where else ""
+        return TopologyError(f"{self.source}: {prefix}{key}: expected {expected}, {got}",
+                             source=self.source, field=f"{self.where} {key}".strip())
+
+    def get(self, key: str, default: Any = _MISSING) -> Any:
+        self.seen.add(key)
+        if key not in self.data:
+            if default is _MISSING:
+                raise self._fail(key, "a value")
+            return default
+        return self.data[key]
+
+    def int(self, key: str, minimum: int = 1, default: Any = _MISSING) -> Any:
+        value = self.get(key, default)
+        if value is None and default is None:
+            return None
+        if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+            raise self._fail(key, f"a whole number >= {minimum}", value)
+        return value
+
+    def float(self, key: str, minimum: float = 0.0, maximum: float | None = None,
+              default: Any = _MISSING, positive: bool = False) -> float:
+        value = self.get(key, default)
+        ok = not isinstance(value, bool) and isinstance(value, (int, float))
+        ok = ok and (value > minimum if positive else value >= minimum)
+        ok = ok and (maximum is None or value <= maximum)
+        if not ok:
+            rng = f"> {minimum}" if positive else f">= {minimum}"
+            if maximum is not None:
+                rng += f" and <= {maximum}"
+            raise self._fail(key, f"a number {rng}", value)
+        return float(value)
+
+    def str(self, key: str, choices: tuple[str, ...] | None = None, default: Any = _MISSING) -> str:
+        value = self.get(key, default)
+        if not isinstance(value, str) or (choices and value not in choices):
+            expected = f"one of {', '.join(map(repr, choices))}" if choices else "a string"
+            raise self._fail(key, expected, value)
+        return value
+
+    def table(self, key: str, optional: bool = False) -> "_Table | None":
+        value = self.get(key, None if optional else _MISSING)
+        if value is None:
+            return None
+        return _Table(value, f"[{key}]" if not self.where else f"{self.where[:-1]}.{key}]",
+                      self.source)
+
+    def done(self) -> None:
+        unknown = sorted(set(self.data) - self.seen)
+        if unknown:
+            prefix = f"{self.where} " if self.where else ""
+            raise TopologyError(
+                f"{self.source}: {prefix}{unknown[0]}: unknown field; expected one of "
+                f"{', '.join(sorted(self.seen))} (see topologies/README.md)",
+                source=self.source, field=f"{self.where} {unknown[0]}".strip())
+
+
+def parse_spec(data: dict, source: str) -> TopologySpec:
+    """Validate a parsed TOML document; ``source`` names the file in errors."""
+    top = _Table(data, "", source)
+    schema = top.int("schema", default=SCHEMA_VERSION)
+    if schema != SCHEMA_VERSION:
+        raise top._fail("schema", f"{SCHEMA_VERSION} (the only schema version)", schema)
+    name = top.str("name")
+    description = top.str("description", default="")
+    references = top.get("references", [])
+    if not isinstance(references, list) or not all(isinstance(r, str) for r in references):
+        raise top._fail("references", "a list of strings", references)
+
+    t = top.table("node")
+    node = NodeSpec(gpus=t.int("gpus"), gpus_per_board=t.int("gpus_per_board", default=None),
+                    gpu=t.str("gpu", default=""))
+    if node.gpus_per_board is None:
+        node = NodeSpec(node.gpus, node.gpus, node.gpu)
+    if node.gpus % node.gpus_per_board:
+        raise t._fail("gpus_per_board", f"a divisor of gpus ({node.gpus})", node.gpus_per_board)
+    t.done()
+
+    t = top.table("scale_up")
+    scale_up = ScaleUpSpec(
+        domain_gpus=t.int("domain_gpus"),
+        bandwidth_gb_per_s=t.float("bandwidth_gb_per_s", positive=True),
+        efficiency=t.float("efficiency", maximum=1.0, positive=True),
+        latency_us=t.float("latency_us"),
+        technology=t.str("technology", default=""))
+    if scale_up.domain_gpus % node.gpus:
+        raise t._fail("domain_gpus",
+                      f"a multiple of [node] gpus ({node.gpus}): an NVLink domain holds whole "
+                      "nodes",
+                      scale_up.domain_gpus)
+    t.done()
+
+    scale_out = None
+    t = top.table("scale_out", optional=True)
+    if t is not None:
+        nics = t.int("nics_per_node")
+        if node.gpus % nics:
+            raise t._fail("nics_per_node", f"a divisor of [node] gpus ({node.gpus})", nics)
+        wiring = t.str("wiring", WIRINGS)
+        raw_tiers = t.get("tiers")
+        if not isinstance(raw_tiers, list) or not 1 <= len(raw_tiers) <= 2:
+            raise t._fail("tiers", "1 or 2 [[scale_out.tiers]] tables (leaf, then optional spine)",
+                          raw_tiers)
+        tiers = []
+        for i, raw in enumerate(raw_tiers):
+            tt = _Table(raw, f"[[scale_out.tiers]] #{i + 1}", source)
+            top_tier = i == len(raw_tiers) - 1
+            tier = TierSpec(
+                name=tt.str("name"),
+                latency_us=tt.float("latency_us"),
+                port_speed_gbit_per_s=tt.float("port_speed_gbit_per_s", positive=True),
+                nodes_per_switch=tt.int("nodes_per_switch") if i == 0 else None,
+                uplink_ports=tt.int("uplink_ports", minimum=0 if top_tier else 1,
+                                    default=0 if top_tier else _MISSING),
+                ports=tt.int("ports", default=None))
+            if i == 0 and tier.ports is not None:
+                down = tier.nodes_per_switch * (1 if wiring == "rail" else nics)
+                if down + tier.uplink_ports > tier.ports:
+                    raise tt._fail("ports", f"at least {down} downlinks + {tier.uplink_ports} "
+                                   "uplinks (lower nodes_per_switch or uplink_ports)", tier.ports)
+            tt.done()
+            tiers.append(tier)
+        scale_out = ScaleOutSpec(
+            nics_per_node=nics,
+            speed_gbit_per_s=t.float("speed_gbit_per_s", positive=True),
+            efficiency=t.float("efficiency", maximum=1.0, positive=True),
+            nic_latency_us=t.float("nic_latency_us"),
+            pcie_gb_per_s=t.float("pcie_gb_per_s", positive=True),
+            wiring=wiring,
+            tiers=tuple(tiers),
+            nic=t.str("nic", default=""))
+        t.done()
+
+    t = top.table("collective", optional=True)
+    base_latency = 0.0
+    if t is not None:
+        base_latency = t.float("base_latency_us")
+        t.done()
+
+    default_nodes = top.int("default_nodes", default=1)
+    max_nodes = top.int("max_nodes", default=None)
+    if max_nodes is not None and default_nodes > max_nodes:
+        raise top._fail("default_nodes", f"at most max_nodes ({max_nodes})", default_nodes)
+    top.done()
+    return TopologySpec(name=name, description=description, source=source,
+                        default_nodes=default_nodes, max_nodes=max_nodes, node=node,
+                        scale_up=scale_up, scale_out=scale_out, base_latency_us=base_latency,
+                        references=tuple(references))
