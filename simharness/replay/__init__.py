@@ -1,0 +1,29 @@
+"""Replay a layout on real processes through ``torch.distributed``.
+
+The only part of simharness that imports ``torch.distributed``, and only when
+it runs: importing this package is cheap (the CLI imports it at start-up).
+
+* :func:`replay` - start ``world_size`` local ranks (gloo on CPU, or NCCL with
+  one GPU per rank), create every group of the plan in creation order (or run
+  megatron-core's ``initialize_model_parallel``: ``engine="megatron"``), verify
+  each group with torch and one collective, check the all-gather groups, time
+  the overlap probe, and return the report.
+* :func:`verify_live` - the same comparison inside a real job, right after
+  Megatron initialised: every rank checks its groups, rank 0 prints one report.
+* :func:`torchrun_command` - the command that replays a plan on a cluster
+  (``python -m simharness.replay.worker`` reads the torchrun environment).
+"""
+
+from .launcher import preflight, replay, torchrun_command, write_report
+from .live import verify_live
+from .options import (
+    EXIT_FAILED, EXIT_INTERRUPTED, EXIT_MISMATCH, EXIT_OK, EXIT_USAGE, REPORT_SCHEMA, Fault,
+    ReplayError, ReplayOptions,
+)
+from .report import summary_lines
+
+__all__ = [
+    "EXIT_FAILED", "EXIT_INTERRUPTED", "EXIT_MISMATCH", "EXIT_OK", "EXIT_USAGE", "Fault",
+    "REPORT_SCHEMA", "ReplayError", "ReplayOptions", "preflight", "replay", "summary_lines",
+    "torchrun_command", "verify_live", "write_report",
+]

@@ -1,0 +1,512 @@
+"""One replay rank: create the groups, verify them, probe overlap, gather the results.
+
+:func:`run_rank` is shared by the local launcher (``simharness replay``, which
+forks the ranks) and the torchrun entry point::
+
+    torchrun --nnodes 2 --nproc-per-node 8 ... -m simharness.replay.worker --plan plan.json
+
+which reads the standard torchrun environment (``RANK``, ``WORLD_SIZE``,
+``LOCAL_RANK``, ``MASTER_ADDR``, ``MASTER_PORT``); rank 0 prints the summary
+and writes ``--report``. Every rank exits 0 only when everything matched.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import sys
+import time
+from dataclasses import dataclass
+from datetime import timedelta
+from typing import Any, Callable
+
+import torch
+import torch.distributed as dist
+
+from ..layout import Layout
+from .options import EXIT_FAILED, Fault, ReplayOptions
+from .verify import (
+    MAX_RECORDED, all_gather_checks, all_gather_ranks, compare_getters, is_group,
+    megatron_communicators, membership_mismatches, mismatch,
+)
+
+PHASES = ("start", "init", "create", "verify", "probe", "gather", "done")
+PROGRESS_KEY = "simharness/progress/{}"
+PROBE_TWIN_DESC = "SIMHARNESS_OVERLAP_PROBE_AG"
+
+
+class ReplayFault(RuntimeError):
+    """A collective or group creation that failed; ``context`` names the group and ranks."""
+
+    def __init__(self, message: str, context: dict[str, Any]):
+        super().__init__(message)
+        self.context = context
+
+
+class Progress:
+    """Each rank's position, kept in the store.
+
+    A rank whose collective times out reads its peers' positions to name the
+    ranks that never arrived. Positions are ``(phase, index)``; a rank marks
+    ``(phase, index)`` right before it enters the collective of that step.
+    """
+
+    def __init__(self, store: Any, rank: int):
+        self.store = store
+        self.rank = rank
+        self.current = ("start", 0)
+
+    def set(self, phase: str, index: int = 0) -> None:
+        self.current = (phase, index)
+        if self.store is None:
+            return
+        try:
+            self.store.set(PROGRESS_KEY.format(self.rank), f"{PHASES.index(phase)}:{index}")
+        except Exception:  # noqa: BLE001 - progress is best effort
+            pass
+
+    def read(self, ranks) -> dict[int, tuple[int, int] | None]:
+        out: dict[int, tuple[int, int] | None] = {}
+        for r in ranks:
+            key = PROGRESS_KEY.format(r)
+            try:
+                if not self.store.check([key]):
+                    out[r] = None
+                    continue
+                p, i = self.store.get(key).decode().split(":")
+                out[r] = (int(p), int(i))
+            except Exception:  # noqa: BLE001
+                out[r] = None
+        return out
+
+    def not_arrived(self, ranks, phase: str, index: int = 0) -> list[int]:
+        if self.store is None:
+            return []
+        want = (PHASES.index(phase), index)
+        return [r for r, pos in self.read(ranks).items() if pos is None or pos < want]
+
+    @staticmethod
+    def describe(pos: tuple[int, int] | None) -> str:
+        if pos is None:
+            return "not started"
+        return f"{PHASES[pos[0]]} {pos[1]}"
+
+
+@dataclass
+class Created:
+    """One group this rank is in, as created."""
+
+    index: int          # position in the creation order
+    kind: str
+    group: int          # group number within the kind
+    desc: str
+    ranks: tuple        # the plan's (Megatron's) order
+    backend: str        # the plan's backend
+    used: str           # the backend created
+    pg: Any
+
+
+def _fault(fault: Fault | None, rank: int, phase: str) -> None:
+    if fault is None or fault.rank != rank or fault.phase != phase:
+        return
+    if fault.action == "exit":
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(Fault.EXIT_CODE)
+    if fault.action == "hang":
+        while True:
+            time.sleep(3600)
+    raise RuntimeError(f"injected fault on rank {rank} at {phase}")
+
+
+def _where(c: Created) -> str:
+    return f"{c.kind} group {c.group} ({c.desc}) {list(c.ranks)}"
+
+
+def create_from_plan(layout: Layout, rank: int, opts: ReplayOptions,
+                     progress: Progress) -> tuple[list[Created], list[dict]]:
+    """``new_group`` for every group of the plan, in order, on every rank."""
+    bmap = opts.backend_map()
+    timeout = timedelta(seconds=opts.timeout)
+    created: list[Created] = []
+    mism: list[dict] = []
+    counters: dict[str, int] = {}
+    W = layout.world_size
+    for i, gc in enumerate(layout.creation_order):
+        g = counters.get(gc.kind, 0)
+        counters[gc.kind] = g + 1
+        used = bmap.get(gc.backend, opts.backend)
+        progress.set("create", i)
+        try:
+            pg = dist.new_group(ranks=list(gc.ranks), backend=used, timeout=timeout,
+                                group_desc=gc.desc)
+        except Exception as exc:  # noqa: BLE001
+            missing = progress.not_arrived(range(W), "create", i)
+            raise ReplayFault(
+                f"creating {gc.kind} group {g} ({gc.desc}) {list(gc.ranks)} (new_group call {i}) "
+                f"failed on rank {rank}: {_short(exc)}",
+                {"phase": "create", "index": i, "kind": gc.kind, "group": g, "desc": gc.desc,
+                 "ranks": list(gc.ranks), "missing_ranks": missing,
+                 "op": "new_group"}) from exc
+        if rank in gc.ranks:
+            created.append(Created(i, gc.kind, g, gc.desc, tuple(gc.ranks), gc.backend, used, pg))
+        elif is_group(pg):
+            mism.append(mismatch("membership", rank, f"{gc.kind} group {g} ({gc.desc}) "
+                                 f"{list(gc.ranks)}: torch made this non-member rank a member.",
+                                 kind=gc.kind, group=g, desc=gc.desc, expected=list(gc.ranks)))
+    return created, mism
+
+
+def created_from_log(layout: Layout, log: list, aligned: bool) -> list[Created]:
+    """The groups Megatron created that this rank is in, named by the plan when aligned."""
+    out = []
+    plan = layout.creation_order
+    counters: dict[str, int] = {}
+    names = []
+    if aligned:
+        for gc in plan:
+            g = counters.get(gc.kind, 0)
+            counters[gc.kind] = g + 1
+            names.append((gc.kind, g, gc.backend))
+    for e in log:
+        if e.pg is None:
+            continue
+        if aligned:
+            kind, g, backend = names[e.index]
+        else:
+            kind, g, backend = f"megatron:{e.desc}", e.index, e.backend or "nccl"
+        out.append(Created(e.index, kind, g, e.desc or "", tuple(e.ranks), backend, e.used, e.pg))
+    return out
+
+
+def verify_created(created: list[Created], rank: int, device: torch.device,
+                   progress: Progress) -> dict[str, Any]:
+    """Membership of every group this rank is in, then one all-gather per group.
+
+    The all-gathers are issued asynchronously in creation order (each group
+    has its own communicator, so they cannot deadlock) and then waited for.
+    """
+    mism: list[dict] = []
+    works = []
+    by_kind: dict[str, list[int]] = {}
+    for c in created:
+        by_kind.setdefault(c.kind, [0, 0])[0] += 1
+        bad = membership_mismatches(rank, c.kind, c.group, c.desc, c.ranks, c.pg)
+        mism.extend(bad)
+        if any(b["check"] == "membership" for b in bad):
+            continue
+        work, out = all_gather_ranks(c.pg, rank, device if c.used != "gloo" else
+                                     torch.device("cpu"))
+        works.append((c, work, out, not bad))
+    progress.set("verify", 1)
+    verified = 0
+    for c, work, out, clean in works:
+        try:
+            work.wait()
+        except Exception as exc:  # noqa: BLE001
+            missing = progress.not_arrived(c.ranks, "verify", 1)
+            raise ReplayFault(
+                f"collective all_gather on {_where(c)} did not complete on rank {rank}: "
+                f"{_short(exc)}",
+                {"phase": "verify", "index": c.index, "kind": c.kind, "group": c.group,
+                 "desc": c.desc, "ranks": list(c.ranks), "missing_ranks": missing,
+                 "op": "all_gather"}) from exc
+        got = [int(x) for x in out.tolist()]
+        want = sorted(int(r) for r in c.ranks)
+        if got != want:
+            mism.append(mismatch("collective", rank, f"{_where(c)}: all_gather of global ranks "
+                                 f"returned {got}, expected {want} (group-rank order).",
+                                 kind=c.kind, group=c.group, desc=c.desc, expected=want,
+                                 actual=got))
+        elif clean:
+            verified += 1
+            by_kind[c.kind][1] += 1
+    return {"memberships": len(created), "verified": verified, "collectives": len(works),
+            "by_kind": by_kind, "mismatches": mism}
+
+
+def _short(exc: BaseException, limit: int = 300) -> str:
+    text = " ".join(str(exc).split()) or type(exc).__name__
+    return text if len(text) <= limit else text[:limit] + "..."
+
+
+def _probe_groups(layout: Layout, rank: int, opts: ReplayOptions, group_of, progress: Progress):
+    """(reduce-scatter group, all-gather group, label); twins are created when the option is off."""
+    rs = group_of("dp_cp")
+    if layout.has("dp_cp_ag"):
+        return rs, group_of("dp_cp_ag"), "dp_cp_ag"
+    progress.set("probe", 1)
+    backend = opts.backend_map()["nccl"]
+    twin = None
+    timeout = timedelta(seconds=opts.timeout)
+    for row in layout.groups("dp_cp").tolist():
+        try:
+            pg = dist.new_group(ranks=row, backend=backend, timeout=timeout,
+                                group_desc=PROBE_TWIN_DESC)
+        except Exception as exc:  # noqa: BLE001
+            raise ReplayFault(f"creating the probe's all-gather twin of dp_cp {row} failed on "
+                              f"rank {rank}: {_short(exc)}",
+                              {"phase": "probe", "kind": "probe_twin", "ranks": row,
+                               "missing_ranks": progress.not_arrived(range(layout.world_size),
+                                                                     "probe", 1),
+                               "op": "new_group"}) from exc
+        if rank in row:
+            twin = pg
+    return rs, twin, "probe twin"
+
+
+def run_rank(layout: Layout, opts: ReplayOptions, *, rank: int, world_size: int,
+             init: Callable[[], None], store: Any = None,
+             device: torch.device | None = None) -> list[dict[str, Any]]:
+    """Replay on this rank; returns every rank's result (after ``all_gather_object``)."""
+    fault = opts.fault_spec
+    T: dict[str, float] = {"start": time.time()}
+    progress = Progress(store, rank)
+    progress.set("init", 0)
+    _fault(fault, rank, "init")
+    progress.set("init", 1)
+    if opts.backend == "nccl":
+        # wait() then blocks and raises on timeout (instead of the watchdog aborting the
+        # process), so a rank that never arrives is named like under gloo.
+        os.environ.setdefault("TORCH_NCCL_BLOCKING_WAIT", "1")
+    try:
+        init()
+    except Exception as exc:  # noqa: BLE001
+        raise ReplayFault(f"init_process_group failed on rank {rank}: {_short(exc)}",
+                          {"phase": "init", "op": "init_process_group",
+                           "missing_ranks": progress.not_arrived(range(world_size), "init", 1)}
+                          ) from exc
+    if progress.store is None:
+        try:
+            progress.store = dist.distributed_c10d._get_default_store()
+        except Exception:  # noqa: BLE001 - private API; progress is optional
+            progress.store = None
+    T["init"] = time.time()
+    if device is None:
+        device = (torch.device("cuda", torch.cuda.current_device()) if opts.backend == "nccl"
+                  else torch.device("cpu"))
+    result: dict[str, Any] = {"rank": rank, "pid": os.getpid(), "host": socket.gethostname(),
+                              "engine": opts.engine}
+    mism: list[dict] = []
+
+    # 1. Create the groups.
+    progress.set("create", 0)
+    _fault(fault, rank, "create")
+    ps = None
+    megatron_info: dict[str, Any] = {}
+    if opts.engine == "plan":
+        created, bad = create_from_plan(layout, rank, opts, progress)
+        mism.extend(bad)
+        calls = len(layout.creation_order)
+    else:
+        from .megatron_engine import compare_log, run_megatron
+
+        try:
+            ps, log, megatron_info = run_megatron(
+                layout, rank, opts.backend, opts.timeout,
+                lambda i: progress.set("create", i))
+        except ReplayFault:
+            raise
+        except Exception as exc:  # noqa: BLE001
+            i = progress.current[1]
+            raise ReplayFault(
+                f"megatron-core initialize_model_parallel failed on rank {rank} at new_group "
+                f"call {i}: {type(exc).__name__}: {_short(exc)}",
+                {"phase": "create", "index": i, "op": "initialize_model_parallel",
+                 "missing_ranks": progress.not_arrived(range(world_size), "create", i)}
+            ) from exc
+        bad, aligned = compare_log(layout, log, rank)
+        mism.extend(bad)
+        created = created_from_log(layout, log, aligned)
+        calls = len(log)
+        megatron_info = {"version": megatron_info.get("version"),
+                         "kwargs": megatron_info.get("kwargs"),
+                         "ag_call": megatron_info.get("ag_call"),
+                         "aligned": aligned, "ag_groups": megatron_info.get("ag_groups")}
+    T["create"] = time.time()
+    own = {(c.kind): c.pg for c in created}
+
+    # 2. Verify membership and one collective per group.
+    progress.set("verify", 0)
+    _fault(fault, rank, "verify")
+    v = verify_created(created, rank, device, progress)
+    mism.extend(v.pop("mismatches"))
+
+    # 3. All-gather group checks (and the getters in Megatron mode).
+    if ps is not None:
+        ag_groups = megatron_info.pop("ag_groups", None)
+        extra = {}
+        if ag_groups is not None:
+            extra["dp_cp_ag"] = ag_groups[0]
+            if layout.has("ep_dp_ag"):
+                extra["ep_dp_ag"] = ag_groups[1]
+        getters = compare_getters(ps, layout, rank, expected_objects=own if megatron_info.get(
+            "aligned") else None, extra_groups=extra)
+        mism.extend(getters["mismatches"])
+        from .verify import getter_for
+
+        def group_of(kind):
+            if kind in extra:
+                return extra[kind]
+            get = getter_for(kind, ps)
+            if get is not None:
+                pg, _ = get()
+                return pg if is_group(pg) else None
+            return own.get(kind)
+        megatron_info["getters_checked"] = len(getters["checked"])
+        megatron_info["no_getter"] = getters["no_getter"]
+        megatron_info["communicators"] = megatron_communicators(ps)
+    else:
+        def group_of(kind):
+            return own.get(kind)
+    ag = all_gather_checks(layout, rank, group_of, megatron=ps)
+    if ps is not None:
+        # The user-facing API, on the same job: it must agree with the checks above.
+        from .live import verify_live
+
+        live = verify_live(layout, all_gather_groups=ag_groups, print_report=False)
+        megatron_info["verify_live_ok"] = live["ok"]
+        same = not [m for m in getters["mismatches"] if m["check"] != "getter_object"]
+        if live["ok"] != (same and ag["ok"]):
+            mism.append(mismatch("verify_live", rank, f"verify_live() says ok={live['ok']} but "
+                                 f"the replay's getter checks disagree.", expected=not live["ok"],
+                                 actual=live["ok"]))
+    T["verify"] = time.time()
+
+    # 4. Overlap probe.
+    progress.set("probe", 0)
+    _fault(fault, rank, "probe")
+    probe = None
+    if opts.probe_enabled and layout.has("dp_cp"):
+        from .probe import overlap_probe
+
+        rs, agpg, label = _probe_groups(layout, rank, opts, group_of, progress)
+        progress.set("probe", 2)
+        if not (is_group(rs) and is_group(agpg)):
+            probe = {"skipped": "this rank has no DP-with-CP or all-gather group"}
+    if probe is None and opts.probe_enabled and layout.has("dp_cp"):
+        try:
+            probe = overlap_probe(rs, agpg, nbytes=opts.overlap_bytes, iters=opts.iters,
+                                  device=device, ag_source=label)
+        except Exception as exc:  # noqa: BLE001
+            members = layout.group_of("dp_cp", rank).tolist()
+            raise ReplayFault(
+                f"overlap probe on dp_cp {members} did not complete on rank {rank}: "
+                f"{_short(exc)}",
+                {"phase": "probe", "kind": "dp_cp", "ranks": members, "op": "overlap probe",
+                 "missing_ranks": progress.not_arrived(members, "probe", 2)}) from exc
+        if not probe.get("values_ok", True):
+            mism.append(mismatch("probe_values", rank, "overlap probe: the reduce-scatter or "
+                                 "all-gather produced wrong values.", kind="dp_cp"))
+    T["probe"] = time.time()
+
+    # 5. Results to every rank.
+    view = layout.rank(rank)
+    used: dict[str, int] = {}
+    for c in created:
+        used[c.used] = used.get(c.used, 0) + 1
+    result.update({
+        "new_group_calls": calls,
+        "memberships": v["memberships"], "verified": v["verified"],
+        "collectives": v["collectives"], "by_kind": v["by_kind"],
+        "n_mismatches": len(mism), "mismatches": mism[:MAX_RECORDED],
+        "communicators": {"plan_nccl": view.nccl_communicators,
+                          "plan_gloo": view.gloo_communicators,
+                          "created": used, "total": len(created)},
+        "all_gather": ag, "overlap": probe, "megatron": megatron_info or None,
+        "timings": T,
+    })
+    progress.set("gather", 0)
+    _fault(fault, rank, "gather")
+    progress.set("gather", 1)
+    gathered: list[Any] = [None] * world_size
+    try:
+        dist.all_gather_object(gathered, result)
+    except Exception as exc:  # noqa: BLE001
+        raise ReplayFault(f"gathering the results on rank {rank} failed: {_short(exc)}",
+                          {"phase": "gather", "op": "all_gather_object",
+                           "missing_ranks": progress.not_arrived(range(world_size), "gather",
+                                                                 1)}) from exc
+    progress.set("done", 0)
+    return gathered
+
+
+# --------------------------------------------------------------------- torchrun
+def torchrun_env() -> tuple[int, int, int]:
+    """``(RANK, WORLD_SIZE, LOCAL_RANK)`` from the torchrun environment."""
+    from ..errors import SimharnessError
+
+    try:
+        rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
+    except KeyError as exc:
+        raise SimharnessError(
+            f"{exc.args[0]} is not set: run the worker under torchrun, e.g. `torchrun "
+            f"--nproc-per-node 8 -m simharness.replay.worker --plan plan.json`, or use "
+            f"`simharness replay` to start the ranks on this machine.") from None
+    except ValueError:
+        raise SimharnessError("RANK and WORLD_SIZE must be integers.") from None
+    return rank, world, int(os.environ.get("LOCAL_RANK", "0"))
+
+
+def torchrun_main(layout: Layout, opts: ReplayOptions, *, report_path: str | None = None,
+                  quiet: bool = False, echo: Callable[[str], None] = print) -> int:
+    """Replay under torchrun; rank 0 prints the summary and writes the report. Exit code."""
+    import json
+
+    from ..errors import SimharnessError
+    from .plan_checks import check_replayable
+    from .report import build_report, summary_lines
+
+    rank, world, local_rank = torchrun_env()
+    if world != layout.world_size:
+        raise SimharnessError(
+            f"torchrun started {world} ranks but the plan is for {layout.world_size}; pass "
+            f"--nnodes/--nproc-per-node that multiply to {layout.world_size}.")
+    opts.validate()
+    check_replayable(layout)
+    if opts.engine == "megatron":
+        from .megatron_engine import check_megatron
+
+        check_megatron(layout, opts.backend)
+    device = None
+    if opts.backend == "nccl":
+        if not torch.cuda.is_available() or torch.cuda.device_count() <= local_rank:
+            raise SimharnessError(f"--backend nccl: rank {rank} (LOCAL_RANK {local_rank}) has no "
+                                  f"GPU ({torch.cuda.device_count()} visible); use --backend "
+                                  f"gloo.")
+        torch.cuda.set_device(local_rank)
+        device = torch.device("cuda", local_rank)
+    timeout = timedelta(seconds=opts.timeout)
+
+    def init():
+        dist.init_process_group(opts.backend, init_method="env://", rank=rank,
+                                world_size=world, timeout=timeout)
+
+    try:
+        gathered = run_rank(layout, opts, rank=rank, world_size=world, init=init,
+                            device=device)
+    except ReplayFault as exc:
+        echo(f"error: rank {rank}: {exc}" + (
+            f" (ranks that did not arrive: {exc.context['missing_ranks']})"
+            if exc.context.get("missing_ranks") else ""))
+        return EXIT_FAILED
+    report = build_report(layout, opts, gathered, t_end=time.time())
+    if rank == 0:
+        if not quiet:
+            for line in summary_lines(report):
+                echo(line)
+        if report_path:
+            with open(report_path, "w", encoding="utf-8") as fh:
+                json.dump(report, fh, indent=2)
+    try:
+        dist.barrier()
+        dist.destroy_process_group()
+    except Exception:  # noqa: BLE001 - the results are in; teardown is best effort
+        pass
+    return report["exit_code"]
+
+
+if __name__ == "__main__":  # python -m simharness.replay.worker
+    from .._cli.replay import worker_main
+
+    worker_main()
