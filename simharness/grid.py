@@ -14,7 +14,7 @@ Worked example, W=16, tp=2, cp=2, dp=2, pp=2, order ``tp-cp-ep-dp-pp``
 >>> g.groups("dp-cp").tolist()
 [[0, 2, 4, 6], [1, 3, 5, 7], [8, 10, 12, 14], [9, 11, 13, 15]]
 >>> g.locate("dp-cp", 12)
-(2, 3)
+(2, 2)
 >>> g.members("dp-cp", 2).tolist()
 [8, 10, 12, 14]
 

@@ -1,0 +1,545 @@
+"""Run Megatron-Core's real ``initialize_model_parallel`` for every rank of a world.
+
+There is no GPU and no second process: each rank is simulated in turn in this
+process with torch's ``fake`` process-group backend
+(``dist.init_process_group("fake", store=FakeStore(), rank=r, world_size=W)``).
+While Megatron runs, ``torch.distributed.new_group`` is wrapped so that every
+call is recorded as ``(group_desc, ranks as passed, backend)`` and then
+forwarded to torch with the ``fake`` backend (gloo cannot rendezvous on a
+FakeStore, and the CPU build has no NCCL/UCC). Megatron's ``create_group``
+passes ``backend=None`` for NCCL groups; the log writes that as ``"nccl"``
+(under a real NCCL job ``None`` means the default backend, NCCL). A backend
+name torch does not know is forwarded unchanged, so torch's own error surfaces
+as it would in a real job.
+
+After the init the harness reads Megatron's getters for that rank (see
+:func:`read_getters`), then calls ``destroy_model_parallel()`` and
+``dist.destroy_process_group()``. ``destroy_model_parallel`` does not reset
+every module global (e.g. ``_EMBEDDING_GLOBAL_RANKS``, ``_PIPELINE_GLOBAL_RANKS``,
+``_HYBRID_DP_CP_GROUPS`` survive it); in a real job each process initialises
+once, so the harness also restores every module global to its import-time
+value before each rank, and restores ``os.environ`` (the UCC path writes
+variables) afterwards.
+
+The same harness drives megatron-core 0.16.1 (installed) and the 0.19.2
+``parallel_state.py`` loaded straight from its wheel (:func:`load_parallel_state_019`);
+the replay engine can reuse :func:`run_world` / :func:`recording_new_group`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import copy
+import importlib.util
+import os
+import sys
+import types
+import warnings
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Iterable, Optional
+
+import torch
+import torch.distributed as dist
+
+KNOWN_BACKENDS = ("nccl", "gloo", "ucc", "fake")
+
+Call = tuple[str, tuple[int, ...], str]  # (group_desc, ranks as passed, backend)
+
+
+# ---------------------------------------------------------------- loading
+def load_parallel_state_016():
+    """The installed megatron-core's ``parallel_state`` (0.16.1 in the test venv)."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        from megatron.core import parallel_state
+    return parallel_state
+
+
+_STUB_PACKAGE = "_simharness_mcore019"
+
+
+def _stub_modules() -> dict[str, types.ModuleType]:
+    """Minimal stand-ins for what 0.19.2's parallel_state imports besides torch/numpy/einops.
+
+    ``from .utils import GlobalMemoryBuffer, is_torch_min_version`` and
+    ``from megatron.core.inference.symmetric_memory import SymmetricMemoryManager``
+    at import time; ``destroy_model_parallel`` also tries
+    ``megatron.core.transformer.moe.fused_a2a.nccl_ep_finalize`` (inside
+    ``try/except Exception``). None of them creates groups.
+    """
+    from packaging.version import Version
+
+    utils = types.ModuleType(f"{_STUB_PACKAGE}.utils")
+
+    class GlobalMemoryBuffer:  # only constructed by _set_global_memory_buffer
+        def __init__(self):
+            self.buffer = {}
+
+    def is_torch_min_version(version, check_equality=True):
+        have = Version(torch.__version__.split("+")[0])
+        return have >= Version(version) if check_equality else have > Version(version)
+
+    utils.GlobalMemoryBuffer = GlobalMemoryBuffer
+    utils.is_torch_min_version = is_torch_min_version
+
+    symm = types.ModuleType("megatron.core.inference.symmetric_memory")
+
+    class SymmetricMemoryManager:
+        @staticmethod
+        def destroy(*args, **kwargs):
+            return None
+
+    symm.SymmetricMemoryManager = SymmetricMemoryManager
+    a2a = types.ModuleType("megatron.core.transformer.moe.fused_a2a")
+    a2a.nccl_ep_finalize = lambda: None
+    return {utils.__name__: utils, symm.__name__: symm, a2a.__name__: a2a}
+
+
+@contextlib.contextmanager
+def _leaf_modules(mods: dict[str, types.ModuleType]):
+    """Put leaf modules into ``sys.modules`` for the duration (the import system
+    returns a ``sys.modules`` hit without importing the parents), then restore."""
+    saved = {k: sys.modules.get(k) for k in mods}
+    sys.modules.update(mods)
+    try:
+        yield
+    finally:
+        for k, v in saved.items():
+            if v is None:
+                sys.modules.pop(k, None)
+            else:
+                sys.modules[k] = v
+
+
+def load_parallel_state_019(path: str | os.PathLike):
+    """Load megatron-core 0.19.x ``megatron/core/parallel_state.py`` as a stand-alone module.
+
+    The file targets Python >= 3.12 but compiles under 3.11; it is executed as
+    ``_simharness_mcore019.parallel_state`` with the stubs of :func:`_stub_modules`,
+    so the installed megatron-core (0.16.1) is neither imported nor touched.
+    """
+    name = f"{_STUB_PACKAGE}.parallel_state"
+    if name in sys.modules:
+        return sys.modules[name]
+    stubs = _stub_modules()
+    pkg = types.ModuleType(_STUB_PACKAGE)
+    pkg.__path__ = []  # a namespace-like package: only our stubs live in it
+    sys.modules[_STUB_PACKAGE] = pkg
+    sys.modules[f"{_STUB_PACKAGE}.utils"] = stubs[f"{_STUB_PACKAGE}.utils"]
+    spec = importlib.util.spec_from_file_location(name, os.fspath(path))
+    module = importlib.util.module_from_spec(spec)
+    module.__package__ = _STUB_PACKAGE
+    with _leaf_modules({k: v for k, v in stubs.items() if k.startswith("megatron.")}):
+        spec.loader.exec_module(module)
+    module._simharness_stubs = stubs
+    sys.modules[name] = module
+    return module
+
+
+# -------------------------------------------------------------- recording
+@dataclass
+class CallLog:
+    """What ``new_group`` saw during one rank's run."""
+
+    record: bool = True
+    calls: list[Call] = field(default_factory=list)
+    count: int = 0
+    groups: dict[int, tuple[int, ...]] = field(default_factory=dict)  # id(group) -> ranks
+
+
+@contextlib.contextmanager
+def recording_new_group(log: CallLog):
+    """Wrap ``torch.distributed.new_group`` (Megatron looks it up at call time)."""
+    original = dist.new_group
+
+    def new_group(ranks=None, timeout=None, backend=None, pg_options=None,
+                  use_local_synchronization=False, group_desc=None, **kwargs):
+        name = "nccl" if backend is None else str(backend).lower()
+        ranks_t = tuple(int(r) for r in ranks)
+        log.count += 1
+        if log.record:
+            log.calls.append((group_desc, ranks_t, name))
+        forward = "fake" if name in KNOWN_BACKENDS else backend
+        group = original(ranks=list(ranks_t), timeout=timeout, backend=forward,
+                         use_local_synchronization=use_local_synchronization,
+                         group_desc=group_desc, **kwargs)
+        log.groups[id(group)] = ranks_t
+        return group
+
+    dist.new_group = new_group
+    try:
+        yield log
+    finally:
+        dist.new_group = original
+
+
+def _module_state(ps) -> dict[str, Any]:
+    """The module's mutable globals (``_UPPER_CASE`` and ``_global_process_group_list``)."""
+    return {k: v for k, v in vars(ps).items()
+            if (k.startswith("_") and k[1:2].isupper()) or k == "_global_process_group_list"}
+
+
+_PRISTINE: dict[int, dict[str, Any]] = {}
+
+
+def _reset_module(ps) -> None:
+    pristine = _PRISTINE.get(id(ps))
+    if pristine is None:  # first use: the module is as imported
+        pristine = _PRISTINE[id(ps)] = copy.deepcopy(_module_state(ps))
+    for k, v in pristine.items():
+        setattr(ps, k, copy.deepcopy(v))
+
+
+@contextlib.contextmanager
+def fake_world(rank: int, world_size: int):
+    from torch.testing._internal.distributed.fake_pg import FakeStore
+
+    if dist.is_initialized():
+        dist.destroy_process_group()
+    dist.init_process_group("fake", store=FakeStore(), rank=rank, world_size=world_size)
+    try:
+        yield
+    finally:
+        if dist.is_initialized():
+            dist.destroy_process_group()
+
+
+# ----------------------------------------------------------------- getters
+def group_ranks(group) -> Optional[list[int]]:
+    """Sorted global ranks of a group object as torch reports them; None when absent."""
+    if group is None or group == dist.GroupMember.NON_GROUP_MEMBER:
+        return None
+    return list(dist.get_process_group_ranks(group))
+
+
+RAISES = "raises AssertionError"
+
+
+def _call(fn: Callable[[], Any]) -> Any:
+    try:
+        return fn()
+    except AssertionError:
+        return RAISES
+
+
+def _g(fn: Callable[[], Any]) -> Any:
+    """A group getter's ranks, or RAISES."""
+    out = _call(fn)
+    return out if out == RAISES else group_ranks(out)
+
+
+def _copy(v):
+    return None if v is None else copy.deepcopy(v)
+
+
+def read_getters(ps, mcore: str) -> dict[str, Any]:
+    """Megatron's view of the current rank, in plain values.
+
+    Group objects become their sorted torch ranks; ``*_GLOBAL_RANKS`` module
+    globals keep Megatron's order; getters that assert become ``RAISES``.
+    """
+    out: dict[str, Any] = {}
+    g = out.__setitem__
+    g("tp", _g(ps.get_tensor_model_parallel_group))
+    g("pp", _g(ps.get_pipeline_model_parallel_group))
+    g("mp", _g(ps.get_model_parallel_group))
+    g("cp", _g(ps.get_context_parallel_group))
+    g("dp", _g(lambda: ps.get_data_parallel_group()))
+    g("dp_cp", _g(lambda: ps.get_data_parallel_group(with_context_parallel=True)))
+    g("tp_dp", _g(lambda: ps.get_tensor_and_data_parallel_group()))
+    g("tp_dp_cp", _g(lambda: ps.get_tensor_and_data_parallel_group(with_context_parallel=True)))
+    g("tp_cp", _g(ps.get_tensor_and_context_parallel_group))
+    g("ep", _g(ps.get_expert_model_parallel_group))
+    g("ep_tp", _g(ps.get_expert_tensor_parallel_group))
+    g("tp_ep_mp", _g(ps.get_expert_tensor_and_model_parallel_group))
+    g("tp_ep_pp", _g(ps.get_expert_tensor_model_pipeline_parallel_group))
+    g("ep_dp", _g(lambda: ps.get_expert_data_parallel_group()))
+    if mcore == "0.16":
+        g("intra_ep_dp", _g(lambda: ps.get_expert_data_parallel_group(
+            partial_expert_data_parallel=True)))
+    else:  # 0.19: with_gtp_remat=False is the group 0.16 returned
+        g("intra_ep_dp", _g(lambda: ps.get_expert_data_parallel_group(
+            with_gtp_remat=False, partial_expert_data_parallel=True)))
+    g("inter_ep_dp", _g(lambda: ps.get_inter_distributed_optimizer_instance_group(
+        check_initialized=False)))
+    g("intra_dist_opt", _g(ps.get_intra_distributed_optimizer_instance_group))
+    g("embd", _g(lambda: ps.get_embedding_group(check_initialized=False)))
+    g("pos_embd", _g(lambda: ps.get_position_embedding_group(check_initialized=False)))
+    g("dp_gloo", _g(lambda: ps.get_data_parallel_group_gloo()))
+    g("dp_cp_gloo", _g(lambda: ps.get_data_parallel_group_gloo(with_context_parallel=True)))
+    g("ep_dp_gloo", _g(lambda: ps.get_expert_data_parallel_group_gloo()))
+    hcp = ps.get_hierarchical_context_parallel_groups(check_initialized=False)
+    g("hcp", None if hcp is None else [group_ranks(x) for x in hcp])
+    g("hybrid", {int(k): group_ranks(v) for k, v in (ps._HYBRID_DP_CP_GROUPS or {}).items()})
+    if mcore == "0.16":
+        g("intra_dp_cp", _g(lambda: ps.get_data_parallel_group(
+            with_context_parallel=True, partial_data_parallel=True)))
+        g("dp_cp_ag", _g(lambda: ps.get_data_parallel_group(
+            with_context_parallel=True, independent_all_gather=True)))
+        g("has_ag", ps.has_separate_all_gather_group())
+    else:
+        g("intra_dp_cp", _g(lambda: ps.get_data_parallel_group(
+            with_context_parallel=True, with_gtp_remat=False, partial_data_parallel=True)))
+        g("dp_replicate", _g(lambda: ps.get_data_parallel_group(with_gtp_remat=False)))
+        g("dp_cp_replicate", _g(lambda: ps.get_data_parallel_group(
+            with_context_parallel=True, with_gtp_remat=False)))
+        g("gtp_remat", _g(ps.get_gtp_weight_remat_group))
+        g("expt_gtp_remat", _g(ps.get_expert_gtp_weight_remat_group))
+        g("tp_ep_egtp_pp", _g(lambda: ps.get_expert_tensor_model_pipeline_parallel_group(
+            with_egtp_remat=True)))
+        g("ep_dp_replicate", _g(lambda: ps.get_expert_data_parallel_group(
+            with_gtp_remat=False)))
+        g("gtp_global_ranks", _copy(ps._GTP_WEIGHT_REMAT_GLOBAL_RANKS))
+    # Megatron-order rank lists.
+    g("tp_global_ranks", _copy(ps._TENSOR_MODEL_PARALLEL_GLOBAL_RANKS))
+    g("pp_global_ranks", _copy(ps._PIPELINE_GLOBAL_RANKS))
+    g("dp_global_ranks", _copy(ps._DATA_PARALLEL_GLOBAL_RANKS))
+    g("dp_cp_global_ranks", _copy(ps._DATA_PARALLEL_GLOBAL_RANKS_WITH_CP))
+    g("cp_global_ranks", _copy(ps._CONTEXT_PARALLEL_GLOBAL_RANKS))
+    g("mp_global_ranks", _copy(ps._MODEL_PARALLEL_GLOBAL_RANKS))
+    g("ep_global_ranks", _copy(ps._EXPERT_MODEL_PARALLEL_RANKS))
+    g("embd_global_ranks", _copy(ps._EMBEDDING_GLOBAL_RANKS))
+    g("pos_embd_global_ranks", _copy(ps._POSITION_EMBEDDING_GLOBAL_RANKS))
+    # Ranks within groups and stage flags.
+    g("tp_rank", _call(ps.get_tensor_model_parallel_rank))
+    g("pp_rank", _call(ps.get_pipeline_model_parallel_rank))
+    g("cp_rank", _call(ps.get_context_parallel_rank))
+    g("dp_rank", _call(lambda: ps.get_data_parallel_rank()))
+    g("dp_cp_rank", _call(lambda: ps.get_data_parallel_rank(with_context_parallel=True)))
+    g("ep_rank", _call(ps.get_expert_model_parallel_rank))
+    g("etp_rank", _call(ps.get_expert_tensor_parallel_rank))
+    g("edp_rank", _call(lambda: ps.get_expert_data_parallel_rank()))
+    g("first_stage", _call(ps.is_pipeline_first_stage))
+    g("last_stage", _call(ps.is_pipeline_last_stage))
+    g("in_embd", _call(ps.is_rank_in_embedding_group))
+    g("in_pos_embd", _call(ps.is_rank_in_position_embedding_group))
+    g("vpp_size", ps.get_virtual_pipeline_model_parallel_world_size())
+    # Communicators this rank is a member of (Megatron appends member groups only).
+    g("member_groups", len(ps._global_process_group_list or [None]) - 1)
+    return out
+
+
+# --------------------------------------------------------------------- run
+@dataclass
+class RankRun:
+    rank: int
+    n_calls: int
+    calls: Optional[list[Call]]  # None when the log was not kept for this rank
+    getters: dict[str, Any]
+    extra: Any = None
+
+
+@contextlib.contextmanager
+def _saved_environ():
+    saved = dict(os.environ)
+    try:
+        yield
+    finally:
+        os.environ.clear()
+        os.environ.update(saved)
+
+
+def run_rank(ps, world_size: int, rank: int, init_kwargs: dict, *, mcore: str = "0.16",
+             record: bool = True, after_init: Callable[[Any], Any] | None = None,
+             getters: bool = True) -> RankRun:
+    """One rank: fake world, Megatron init (+ ``after_init(ps)``), getters, teardown."""
+    log = CallLog(record=record)
+    stubs = getattr(ps, "_simharness_stubs", {})
+    leaf = {k: v for k, v in stubs.items() if k.startswith("megatron.")}
+    with _saved_environ(), fake_world(rank, world_size):
+        _reset_module(ps)
+        try:
+            with recording_new_group(log):
+                ps.initialize_model_parallel(**init_kwargs)
+                extra = after_init(ps) if after_init is not None else None
+            if isinstance(extra, tuple):  # groups returned by create_all_gather_groups
+                extra = tuple(group_ranks(x) for x in extra)
+            values = read_getters(ps, mcore) if getters else {}
+        finally:
+            with _leaf_modules(leaf):
+                ps.destroy_model_parallel()
+            _reset_module(ps)
+    return RankRun(rank, log.count, log.calls if record else None, values, extra)
+
+
+def run_world(ps, world_size: int, init_kwargs: dict, *, ranks: Iterable[int] | None = None,
+              record_ranks: Iterable[int] = (0,), mcore: str = "0.16",
+              after_init: Callable[[Any], Any] | None = None) -> dict[int, RankRun]:
+    """Run ``ranks`` (default: all) of a world; keep the full call log on ``record_ranks``."""
+    record_ranks = set(record_ranks)
+    ranks = range(world_size) if ranks is None else sorted(set(ranks) | record_ranks)
+    return {r: run_rank(ps, world_size, r, init_kwargs, mcore=mcore, record=r in record_ranks,
+                        after_init=after_init) for r in ranks}
+
+
+def megatron_error(ps, world_size: int, init_kwargs: dict, *, rank: int = 0,
+                   after_init: Callable[[Any], Any] | None = None) -> Optional[str]:
+    """The exception type name Megatron raises for this input on ``rank``, or None."""
+    try:
+        with warnings.catch_warnings():  # torch warns about backend names it does not know
+            warnings.simplefilter("ignore", UserWarning)
+            run_rank(ps, world_size, rank, init_kwargs, record=False, after_init=after_init,
+                     getters=False)
+    except Exception as exc:  # noqa: BLE001 - the type is the result
+        return type(exc).__name__
+    return None
+
+
+# ------------------------------------------------------- 0.19.2 download
+MCORE019_VERSION = "0.19.2"
+# sha256 of megatron/core/parallel_state.py in the PyPI 0.19.2 wheel (notes/mcore019.md).
+MCORE019_SHA256 = "1f6e23a01022c06be3b67f930095898e5032f6ff93695f8da5aae3b5a546dcf0"
+
+
+def fetch_parallel_state_019(root: str | os.PathLike, *, timeout: float = 180.0) -> Path:
+    """Path of 0.19.2's ``parallel_state.py`` under ``root/.cache/mcore019``, downloading
+    the wheel with pip when it is missing (what ``tests/fetch_mcore019.sh`` does).
+
+    Raises ``RuntimeError`` with the reason when it cannot be had (no network, no pip,
+    a file that is not 0.19.2's)."""
+    import hashlib
+    import subprocess
+    import tempfile
+    import zipfile
+
+    cache = Path(root) / ".cache"
+    dest = cache / "mcore019"
+    target = dest / "megatron" / "core" / "parallel_state.py"
+
+    def verified() -> bool:
+        return target.is_file() and hashlib.sha256(target.read_bytes()).hexdigest() == MCORE019_SHA256
+
+    if verified():
+        return target
+    if os.environ.get("SIMHARNESS_NO_DOWNLOAD"):
+        raise RuntimeError(f"{target} is missing and SIMHARNESS_NO_DOWNLOAD is set "
+                           f"(run tests/fetch_mcore019.sh)")
+    dest.mkdir(parents=True, exist_ok=True)
+    (cache / ".gitignore").write_text("*\n")
+    try:
+        from filelock import FileLock  # a torch dependency; serialises xdist workers
+        lock = FileLock(str(dest / ".lock"))
+    except ImportError:  # pragma: no cover
+        lock = contextlib.nullcontext()
+    with lock:
+        if verified():
+            return target
+        with tempfile.TemporaryDirectory(dir=dest) as tmp:
+            cmd = [sys.executable, "-m", "pip", "download", f"megatron-core=={MCORE019_VERSION}",
+                   "--no-deps", "--only-binary", ":all:", "--python-version", "3.12",
+                   "--timeout", "15", "--retries", "1", "--disable-pip-version-check", "-q",
+                   "-d", tmp]
+            try:
+                proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
+            except (OSError, subprocess.TimeoutExpired) as exc:
+                raise RuntimeError(f"pip download megatron-core=={MCORE019_VERSION} failed: "
+                                   f"{exc}") from None
+            wheels = sorted(Path(tmp).glob("megatron_core-*.whl"))
+            if proc.returncode or not wheels:
+                tail = (proc.stderr or proc.stdout).strip().splitlines()[-1:] or ["no output"]
+                raise RuntimeError(f"pip download megatron-core=={MCORE019_VERSION} failed "
+                                   f"(exit {proc.returncode}): {tail[0]}")
+            with zipfile.ZipFile(wheels[-1]) as z:
+                data = z.read("megatron/core/parallel_state.py")
+            target.parent.mkdir(parents=True, exist_ok=True)
+            part = target.with_suffix(".py.part")
+            part.write_bytes(data)
+            os.replace(part, target)
+    if not verified():
+        raise RuntimeError(f"{target} is not megatron-core {MCORE019_VERSION}'s parallel_state.py "
+                           f"(sha256 mismatch)")
+    return target
+
+
+# ------------------------------------------------- simharness, same shape
+def simharness_view(layout, rank: int) -> dict[str, Any]:
+    """What :func:`read_getters` should read on ``rank``, computed from a simharness layout.
+
+    Only the layout's own API is used: ``layout.rank(r)`` memberships (Megatron
+    order; sorted where torch sorts) and ``layout.get_data_parallel_group``.
+    """
+    from simharness import GroupNotInitialized
+
+    cfg = layout.config
+    view = layout.rank(rank)
+    groups = view.groups
+    mcore = layout.mcore
+
+    def srt(kind):
+        m = groups.get(kind)
+        return None if m is None else sorted(int(x) for x in m.ranks)
+
+    def meg(kind):
+        m = groups.get(kind)
+        return None if m is None else [int(x) for x in m.ranks]
+
+    def need(kind):
+        return RAISES if kind not in groups else srt(kind)
+
+    def dpg(**kw):
+        try:
+            return sorted(layout.get_data_parallel_group(rank, **kw))
+        except GroupNotInitialized:
+            return RAISES
+
+    n = cfg.num_distributed_optimizer_instances
+    egtp = mcore == "0.19" and cfg.expert_gtp_remat_size > 1
+    gtp = mcore == "0.19" and cfg.gtp_remat_size > 1
+    out: dict[str, Any] = {
+        "tp": srt("tp"), "pp": srt("pp"), "mp": srt("mp"), "cp": srt("cp"),
+        "dp": dpg(), "dp_cp": dpg(with_context_parallel=True),
+        "tp_dp": srt("tp_dp"), "tp_dp_cp": srt("tp_dp_cp"), "tp_cp": srt("tp_cp"),
+        "ep": srt("ep"), "ep_tp": srt("ep_tp"), "tp_ep_mp": srt("tp_ep_mp"),
+        "tp_ep_pp": srt("tp_ep_pp"),
+        "ep_dp": srt("ep_gtp_remat_dp" if egtp else "ep_dp"),
+        "intra_ep_dp": srt("intra_ep_dp" if n > 1 else "ep_dp"),
+        "inter_ep_dp": srt("inter_ep_dp"),
+        "intra_dist_opt": srt("intra_dist_opt"),
+        "embd": srt("embd"), "pos_embd": srt("pos_embd"),
+        "dp_gloo": need("dp_gloo"), "dp_cp_gloo": need("dp_cp_gloo"),
+        "ep_dp_gloo": need("ep_dp_gloo"),
+        "hcp": ([srt(f"hcp_l{i}") for i in range(len(cfg.hierarchical_context_parallel_sizes))]
+                if cfg.hierarchical_context_parallel_sizes else None),
+        "hybrid": {int(k.rsplit("_", 1)[1]): srt(k) for k in groups
+                   if k.startswith("hybrid_dp_cp_")},
+    }
+    if mcore == "0.16":
+        out["intra_dp_cp"] = dpg(with_context_parallel=True, partial_data_parallel=True)
+        out["dp_cp_ag"] = dpg(with_context_parallel=True, independent_all_gather=True)
+        out["has_ag"] = "dp_cp_ag" in groups
+    else:
+        out["intra_dp_cp"] = dpg(with_context_parallel=True, with_gtp_remat=False,
+                                 partial_data_parallel=True)
+        out["dp_replicate"] = dpg(with_gtp_remat=False)
+        out["dp_cp_replicate"] = dpg(with_context_parallel=True, with_gtp_remat=False)
+        out["gtp_remat"] = srt("gtp_remat")
+        out["expt_gtp_remat"] = srt("expt_gtp_remat")
+        out["tp_ep_egtp_pp"] = srt("tp_ep_egtp_pp")
+        out["ep_dp_replicate"] = srt("ep_dp")
+        out["gtp_global_ranks"] = meg("gtp_remat")
+    out.update({
+        "tp_global_ranks": meg("tp"), "pp_global_ranks": meg("pp"),
+        "dp_global_ranks": meg("dp"), "dp_cp_global_ranks": meg("dp_cp"),
+        "cp_global_ranks": meg("cp"), "mp_global_ranks": meg("mp"),
+        "ep_global_ranks": meg("ep"), "embd_global_ranks": meg("embd"),
+        "pos_embd_global_ranks": meg("pos_embd"),
+    })
+    c = view.coordinates
+    # Megatron's *_rank() getters are torch ranks in the group (position in the sorted list).
+    dp_full = out["dp"]
+    dpcp_full = out["dp_cp"]
+    out.update({
+        "tp_rank": c["tp"], "pp_rank": c["pp"], "cp_rank": c["cp"],
+        # 0.19's defaults count GTP peers in (with_gtp_remat=True); the layout's
+        # coordinates are the replicate ranks, so with gtp > 1 read the full group.
+        "dp_rank": dp_full.index(rank) if gtp else c["dp"],
+        "dp_cp_rank": dpcp_full.index(rank) if gtp else c["dp_cp"],
+        "ep_rank": c["ep"], "etp_rank": c["etp"],
+        "edp_rank": out["ep_dp"].index(rank) if egtp else c["edp"],
+        "first_stage": view.is_first_stage, "last_stage": view.is_last_stage,
+        "in_embd": view.in_embedding_group, "in_pos_embd": view.in_position_embedding_group,
+        "vpp_size": cfg.virtual_pipeline_model_parallel_size,
+        "member_groups": view.communicators,
+    })
+    return out
