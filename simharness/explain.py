@@ -121,8 +121,6 @@ def explain(fields: Mapping[str, Any], mcore: str = DEFAULT_MCORE) -> Explanatio
         return Explanation(given, str(mcore), cfg, derived, rules,
                            error or "the sizes must be whole numbers >= 1.")
 
-    g = f"*gtp({gtp})" if gtp > 1 else ""
-    eg = f"*egtp({egtp})" if egtp > 1 else ""
     model = tp * pp * cp * gtp
     emodel = etp * ep * pp * egtp
     mform = f"tp*pp*cp{'*gtp' if gtp > 1 else ''}"

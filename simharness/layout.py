@@ -20,7 +20,7 @@ partitions the ranks; ``rank(r)`` agrees with ``groups(kind)`` for every kind;
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Mapping
 
 import numpy as np

@@ -20,7 +20,7 @@ from ..layout import Layout, build_layout
 from . import output as out
 from .common import (
     config_fields_from_options, config_flags_given, config_from_options, config_options, fail,
-    node_shape, output_options,
+    node_shape, output_options, read_plan,
 )
 
 SEVERITY_ORDER = ("error", "warning", "info")
@@ -501,20 +501,7 @@ def _read_side(path: str, kwargs: dict) -> Layout:
 
 
 def _read_export(path: str) -> Layout:
-    from ..configfile import ConfigFileError
-
-    try:
-        with open(path, encoding="utf-8") as fh:
-            text = fh.read()
-    except FileNotFoundError:
-        raise ConfigFileError(f"{path}: no such file; check the path.", path=path) from None
-    except (OSError, UnicodeDecodeError) as exc:
-        raise ConfigFileError(f"{path}: cannot read: {getattr(exc, 'strerror', exc)}.",
-                              path=path) from None
-    try:
-        return Layout.from_json(text)
-    except SimharnessError as exc:
-        raise SimharnessError(f"{path}: {exc}") from None
+    return read_plan(path)
 
 
 def _describe_value(v: Any) -> str:

@@ -15,7 +15,9 @@ import click
 from ..errors import SimharnessError
 from ..layout import Layout
 from . import output as out
-from .common import CONFIG_PARAMS, config_from_options, config_options, fail, output_options
+from .common import (
+    CONFIG_PARAMS, config_from_options, config_options, fail, output_options, read_plan,
+)
 
 DEFAULT_PLAN_OUT = "simharness-plan.json"
 _SIZE = re.compile(r"^\s*(\d+)\s*([kmg]i?b?|b)?\s*$", re.IGNORECASE)
@@ -51,21 +53,7 @@ def _config_given(kwargs) -> list[str]:
 
 
 def _read_plan(path: str) -> Layout:
-    from ..configfile import ConfigFileError
-
-    try:
-        with open(path, encoding="utf-8") as fh:
-            text = fh.read()
-    except FileNotFoundError:
-        raise ConfigFileError(f"{path}: no such file; export a plan with `simharness export "
-                              f"... --out {path}`.", path=path) from None
-    except (OSError, UnicodeDecodeError) as exc:
-        raise ConfigFileError(f"{path}: cannot read: {getattr(exc, 'strerror', exc)}.",
-                              path=path) from None
-    try:
-        return Layout.from_json(text)
-    except SimharnessError as exc:
-        raise SimharnessError(f"{path}: {exc}") from None
+    return read_plan(path, f"export a plan with `simharness export ... --out {path}`")
 
 
 def layout_for_replay(plan_path: str | None, engine: str, kwargs: dict) -> tuple[Layout, str]:

@@ -16,7 +16,8 @@ from typing import Any
 import numpy as np
 
 from ..errors import LayoutError
-from ..layout import PARTIAL_KINDS, Layout, build_layout
+from ..checks import check
+from ..layout import Layout, build_layout
 
 MAX_DIFFS_PER_KIND = 16
 
@@ -49,27 +50,11 @@ def check_replayable(layout: Layout, world_size: int | None = None) -> None:
 
 
 def partition_mismatches(layout: Layout) -> list[dict[str, Any]]:
-    """Ranks covered zero or several times by a kind that must partition the world."""
-    out = []
-    W = layout.world_size
-    for kind in layout.kinds:
-        if kind in PARTIAL_KINDS:
-            continue
-        arr = layout.groups(kind)
-        counts = np.bincount(arr.ravel() - layout.rank_offset, minlength=W)[:W]
-        missing = np.nonzero(counts == 0)[0]
-        twice = np.nonzero(counts > 1)[0]
-        if missing.size or twice.size:
-            parts = []
-            if twice.size:
-                parts.append(f"rank(s) {twice.tolist()} in more than one group")
-            if missing.size:
-                parts.append(f"rank(s) {missing.tolist()} in none")
-            out.append({"check": "partition", "kind": kind, "desc": layout.desc(kind),
-                        "ranks": sorted(set(twice.tolist()) | set(missing.tolist())),
-                        "message": f"{kind} ({layout.desc(kind)}) does not partition the "
-                                   f"world: " + "; ".join(parts) + "."})
-    return out
+    """Ranks covered zero or several times by a kind that must partition the world
+    (the checker's ``partition`` findings, as report entries)."""
+    return [{"check": "partition", "kind": f.groups[0], "desc": layout.desc(f.groups[0]),
+             "ranks": sorted(f.ranks), "message": f.message + "."}
+            for f in check(layout, only=("partition",))]
 
 
 def _row_diff(kind: str, desc: str, g: int, plan_row: list[int], cfg_row: list[int],
