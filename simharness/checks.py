@@ -18,7 +18,7 @@ groups and ranks concerned. The checks, by code:
 ``ag-off``           the option is off: no AG group, the all-gather runs on DP-with-CP
 ``ag-cost``          communicators the option adds per rank
 ``ag-scope``         with several optimizer instances, AG spans dp*cp, the partial DP group less
-``ag-expert-none``   0.16 has no expert AG group: expert all-gathers still serialise
+``ag-expert-none``   0.16 (0.16-0.17) has no expert AG group: expert all-gathers serialise
 ``creation-order``   the sequence seen by sampled ranks equals the global one
 ``suspicious-*``     inputs Megatron accepts but that look wrong (warnings)
 ``communicators``    communicators per rank (info)
@@ -77,8 +77,9 @@ class _World:
 def expected_sizes(layout: Layout) -> dict[str, int]:
     """Group size each kind must have, from the configuration alone."""
     c = layout.config
-    gtp = c.gtp_remat_size if layout.mcore == "0.19" else 1
-    egtp = c.expert_gtp_remat_size if layout.mcore == "0.19" else 1
+    gtp_axis = layout.profile.gtp_axis
+    gtp = c.gtp_remat_size if gtp_axis else 1
+    egtp = c.expert_gtp_remat_size if gtp_axis else 1
     n = c.num_distributed_optimizer_instances
     sizes = {
         "gtp_remat": gtp, "dp_cp": c.dp * c.cp, "dp_cp_ag": c.dp * c.cp,
@@ -266,7 +267,7 @@ def check_pp_agree(w: _World) -> list[Finding]:
     lay = w.layout
     if not lay.has("pp"):
         return []
-    expert = Grid.expert(lay.config, gtp_token=lay.mcore == "0.19").groups("pp")
+    expert = Grid.expert(lay.config, gtp_token=lay.profile.gtp_axis).groups("pp")
     dense = lay.groups("pp")
     if dense.shape == expert.shape and np.array_equal(dense, expert):
         return []
@@ -339,10 +340,11 @@ def _compare_ag(w: _World, ag: str, base: str, cause: str) -> list[Finding]:
 def check_all_gather(w: _World) -> list[Finding]:
     lay = w.layout
     c = lay.config
+    prof = lay.profile
     out: list[Finding] = []
     ag_kinds = [k for k in ("dp_cp_ag", "ep_dp_ag") if lay.has(k)]
     cause = ""
-    if lay.mcore == "0.19" and (c.order.lower() != "tp-cp-ep-dp-pp" or c.rank_offset):
+    if prof.ag_after_init and (c.order.lower() != "tp-cp-ep-dp-pp" or c.rank_offset):
         cause = (f"; cause: megatron-core 0.18+ create_all_gather_groups() rebuilds its generator "
                  f"with the hard-coded order 'tp-cp-ep-dp-pp' and rank_offset 0, but this job "
                  f"uses order {c.order!r} and rank_offset {c.rank_offset} (Megatron-LM issue "
@@ -371,7 +373,7 @@ def check_all_gather(w: _World) -> list[Finding]:
                                "serialise", (), ("dp_cp",)))
         return out
     # Option on.
-    expect = ["dp_cp_ag"] + (["ep_dp_ag"] if lay.mcore == "0.19" and c.ep > 1 else [])
+    expect = ["dp_cp_ag"] + (["ep_dp_ag"] if prof.expert_all_gather and c.ep > 1 else [])
     missing = [k for k in expect if not lay.has(k)]
     if missing:
         out.append(Finding("ag-missing", "error",
@@ -388,7 +390,7 @@ def check_all_gather(w: _World) -> list[Finding]:
             out.append(Finding("ag-communicator", "error",
                                f"{k} is not a separate NCCL communicator (backend {e.backend})",
                                (), (k,)))
-    if lay.mcore == "0.16" and c.ep > 1:
+    if not prof.expert_all_gather and c.ep > 1:
         out.append(Finding("ag-expert-none", "info",
                            "megatron-core 0.16/0.17 create no expert AG group: expert "
                            "parameters all-gather on EXPERT_DATA_PARALLEL_GROUP, serialised with "
@@ -475,7 +477,7 @@ def check_communicators(w: _World) -> list[Finding]:
                    f"{int(comm['gloo'].min())}-{int(comm['gloo'].max())} Gloo communicators "
                    f"(total {int(total.min())}-{int(total.max())}); every rank makes "
                    f"{len(lay.creation_order)} new_group calls")]
-    if lay.mcore == "0.19" and lay.has("tp_ep_egtp_pp") and lay.config.expert_gtp_remat_size == 1:
+    if lay.has("tp_ep_egtp_pp") and lay.config.expert_gtp_remat_size == 1:  # the GTP axis
         out.append(Finding("communicators", "info",
                            "megatron-core 0.19 also creates EXPERT_TENSOR_MODEL_PIPELINE_PARALLEL_"
                            "GROUP_WITH_EGTP with the same ranks as the tp_ep_pp groups (expert "

@@ -31,7 +31,7 @@ from .errors import LayoutError
 DEFAULT_ORDER = "tp-cp-ep-dp-pp"
 TP_PP_DP_ORDER = "tp-cp-ep-pp-dp"
 ORDER_TOKENS = ("tp", "cp", "ep", "dp", "pp")
-MCORE_PROFILES = ("0.16", "0.19")
+MCORE_PROFILES = ("0.16", "0.18", "0.19")  # see simharness.profiles.PROFILES
 DEFAULT_MCORE = "0.19"
 
 # Fields that decide which groups exist (the rest are carried into exports).
@@ -251,9 +251,10 @@ class ParallelismConfig:
         """Build from exactly the keyword arguments of Megatron's ``initialize_model_parallel``.
 
         ``mcore`` picks the API profile: ``"0.16"`` (0.16.x-0.17.x, takes
-        ``create_all_gather_group``) or ``"0.19"`` (0.18+, takes ``gtp_remat_size``
-        and ``expert_gtp_remat_size``). A keyword that version does not have is
-        a :class:`LayoutError` (Megatron raises ``TypeError``).
+        ``create_all_gather_group``), ``"0.18"`` (0.18.x, neither that nor GTP) or
+        ``"0.19"`` (0.19.x and later, takes ``gtp_remat_size`` and
+        ``expert_gtp_remat_size``). A keyword that version does not have is a
+        :class:`LayoutError` (Megatron raises ``TypeError``).
 
         >>> ParallelismConfig.from_megatron(world_size=8, tensor_model_parallel_size=2,
         ...     create_all_gather_group=True, mcore="0.16").create_all_gather_group
@@ -268,7 +269,7 @@ class ParallelismConfig:
                 f"initialize_model_parallel() of megatron-core {mcore} has no keyword(s) "
                 f"{', '.join(bad)} (Megatron raises TypeError); "
                 + ("use mcore='0.16' for create_all_gather_group, or set it on the NeMo config "
-                   "for the 0.18+ create_all_gather_groups() path."
+                   "for the 0.18+ create_all_gather_groups() path (mcore '0.18' or '0.19')."
                    if "create_all_gather_group" in bad else
                    f"valid keywords are: {', '.join(sorted(allowed))}."),
                 megatron_error="TypeError", keywords=bad,
@@ -484,7 +485,7 @@ def validate(cfg: ParallelismConfig) -> None:
 
     Checks run in Megatron's order, so the first error is the one Megatron
     (or NeMo, for ``world < pp``) would raise. Profile-specific rules
-    (gtp_remat under 0.16, the 0.19 GTP limits) live in ``profiles``.
+    (gtp_remat before 0.19, the 0.19 GTP limits) live in ``profiles``.
     """
     W, tp, pp, cp, ep = cfg.world_size, cfg.tp, cfg.pp, cfg.cp, cfg.ep
     n = cfg.num_distributed_optimizer_instances
@@ -523,8 +524,8 @@ def validate(cfg: ParallelismConfig) -> None:
         raise LayoutError(
             f"sharp_enabled_group={cfg.sharp_enabled_group!r} is only valid with use_sharp=True; "
             "set use_sharp or drop sharp_enabled_group.", megatron_error="AssertionError")
-    # megatron-core 0.19 asserts this before the divisibility checks (GTP exists only in 0.19;
-    # the 0.16 profile rejects any GTP size > 1 in profiles.validate_profile).
+    # megatron-core 0.19 asserts this before the divisibility checks (GTP exists only from 0.19;
+    # the 0.16 and 0.18 profiles reject any GTP size > 1 in profiles.validate_profile).
     if (cfg.gtp_remat_size > 1 or cfg.expert_gtp_remat_size > 1) and n > 1:
         raise LayoutError(
             f"gtp_remat_size={cfg.gtp_remat_size}, expert_gtp_remat_size="

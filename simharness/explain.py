@@ -91,7 +91,7 @@ def _int(v: Any) -> bool:
 def explain(fields: Mapping[str, Any], mcore: str = DEFAULT_MCORE) -> Explanation:
     """Explain the configuration given by ``fields`` (NeMo names or aliases)."""
     from .config import order_problem
-    from .profiles import check_profile, validate_profile
+    from .profiles import PROFILES, check_profile, validate_profile
 
     given = {ALIASES.get(k, str(k).replace("-", "_")): v for k, v in dict(fields).items()}
     cfg = None
@@ -266,10 +266,12 @@ def explain(fields: Mapping[str, Any], mcore: str = DEFAULT_MCORE) -> Explanatio
     if backend is not None:
         add("pp-backend", "the pipeline backend is nccl or ucc", f"backend = {backend!r}",
             backend in ("nccl", "ucc"))
+    prof = PROFILES.get(str(mcore))
     if gtp > 1 or egtp > 1:
+        gtp_axis = prof is not None and prof.gtp_axis
         add("gtp-needs-0.19", "GTP weight remat exists only from megatron-core 0.19",
-            f"mcore = {mcore}", mcore == "0.19")
-        if mcore == "0.19":
+            f"mcore = {mcore}", gtp_axis)
+        if gtp_axis:
             add("gtp-one-instance", "GTP remat needs one distributed-optimizer instance",
                 f"instances = {n} = 1", n == 1)
             if v["create_all_gather_group"]:

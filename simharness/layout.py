@@ -28,7 +28,7 @@ import numpy as np
 from .config import DEFAULT_MCORE, ParallelismConfig
 from .errors import GroupNotInitialized, LayoutError
 from .plan import CreationOrder, Entry, Loop, Step
-from .profiles import build_loops, check_profile
+from .profiles import Profile, build_loops, check_profile, get_profile
 from .sources import Fixed, GroupSource
 
 SCHEMA = "simharness.layout/1"
@@ -198,6 +198,11 @@ class Layout:
 
     # ------------------------------------------------------------- basics
     @property
+    def profile(self) -> Profile:
+        """The megatron-core API profile (capability flags) of :attr:`mcore`."""
+        return get_profile(self.mcore)
+
+    @property
     def world_size(self) -> int:
         return self.config.world_size
 
@@ -307,7 +312,8 @@ class Layout:
         Option on: the all-gather runs on the AG group (its own communicator).
         Option off: on the reduce-scatter's DP-with-CP group itself, so the two
         serialise. Expert parameters use the expert DP group, and under the
-        0.16 profile there is no expert AG group, so they never overlap.
+        0.16 profile there is no expert AG group (the 0.18 and 0.19 profiles
+        make one when ep > 1), so they never overlap there.
         """
         r = self._check_rank(rank)
         groups = {}
@@ -324,14 +330,13 @@ class Layout:
         0.16: ``(with_context_parallel=False, partial_data_parallel=False,
         independent_all_gather=False)``; asking for the all-gather group when
         the option is off raises :class:`GroupNotInitialized`, as Megatron's
-        assertion does. 0.19: ``(with_context_parallel=False, with_gtp_remat=True,
-        partial_data_parallel=False)``; ``independent_all_gather`` is a
-        ``TypeError`` there.
+        assertion does. 0.18: ``(with_context_parallel=False,
+        partial_data_parallel=False)``. 0.19: ``(with_context_parallel=False,
+        with_gtp_remat=True, partial_data_parallel=False)``. A keyword the
+        profile lacks (``independent_all_gather`` from 0.18, ``with_gtp_remat``
+        before 0.19) is a ``TypeError`` there (see ``Profile.dp_group_kwargs``).
         """
-        allowed = {"0.16": ("with_context_parallel", "partial_data_parallel",
-                            "independent_all_gather"),
-                   "0.19": ("with_context_parallel", "with_gtp_remat", "partial_data_parallel")}
-        bad = sorted(set(kwargs) - set(allowed[self.mcore]))
+        bad = sorted(set(kwargs) - set(self.profile.dp_group_kwargs))
         if bad:
             raise LayoutError(f"get_data_parallel_group() of megatron-core {self.mcore} has no "
                               f"argument(s) {', '.join(bad)} (TypeError).",

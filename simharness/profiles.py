@@ -1,25 +1,32 @@
 """Megatron-Core API profiles: the block list of ``new_group`` calls per version.
 
-Two profiles, because the all-gather option changed shape upstream:
+Three profiles, because the all-gather option changed shape upstream and 0.19
+added the GTP weight-remat axis. A profile is a :class:`Profile`, a few
+capability flags looked up by name in :data:`PROFILES`:
 
-``"0.16"`` (megatron-core 0.16.x-0.17.x, PR #2663)
+``"0.16"`` (megatron-core 0.16.x-0.17.x, PR #2663): ``ag_in_init``
     ``initialize_model_parallel(create_all_gather_group=True)`` creates
     ``DATA_PARALLEL_GROUP_WITH_CP_AG`` right after each
     ``DATA_PARALLEL_GROUP_WITH_CP``; there is no expert all-gather group.
-``"0.19"`` (megatron-core 0.18+, PR #3249, GTP from 0.19)
+    (0.17.0 added the ``rank_offset`` / ``local_world_size`` keywords, PR #3520;
+    the profile takes them.)
+``"0.18"`` (megatron-core 0.18.x, PR #3249): ``ag_after_init``
     no keyword; the training loop calls ``create_all_gather_groups(
     for_expert_parallelism=ep > 1)`` *after* initialisation, which rebuilds a
     generator with the hard-coded order ``tp-cp-ep-dp-pp`` and rank_offset 0
-    (upstream issue #4261). The 0.19 sequence also carries the GTP weight-remat
-    groups (singletons when ``gtp_remat_size`` is 1).
+    (upstream issue #4261). Otherwise the 0.17 sequence.
+``"0.19"`` (megatron-core 0.19.x and later): ``ag_after_init`` + ``gtp_axis``
+    the 0.18 all-gather path, plus the GTP weight-remat groups (singletons when
+    ``gtp_remat_size`` is 1, a duplicate ``_WITH_EGTP`` expert group) and the
+    injected ``gtp_remat`` token in the order.
 
-Both profiles share one builder, :func:`build_loops`; the differences are the
-few ``if profile == ...`` branches below.
+All profiles share one builder, :func:`build_loops`, which reads only the flags.
 """
 
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 
 from .config import DEFAULT_ORDER, MCORE_PROFILES, ParallelismConfig
 from .errors import LayoutError
@@ -27,7 +34,7 @@ from .grid import Grid
 from .plan import Entry, Loop, Step
 from .sources import Chunks, Concat, Hierarchical, Ortho, Pick
 
-# Keyword arguments of initialize_model_parallel per profile (besides world_size).
+# Keyword arguments of initialize_model_parallel every profile takes (besides world_size).
 _COMMON_KWARGS = (
     "tensor_model_parallel_size", "pipeline_model_parallel_size",
     "virtual_pipeline_model_parallel_size", "pipeline_model_parallel_comm_backend", "use_sharp",
@@ -38,46 +45,112 @@ _COMMON_KWARGS = (
     "get_position_embedding_ranks", "create_gloo_process_groups", "high_priority_stream_groups",
     "sharp_enabled_group", "rank_offset", "local_world_size",
 )
-_PROFILE_KWARGS = {
-    # 0.16.x has no rank_offset/local_world_size; 0.17.x added them (PR #3520).
-    "0.16": _COMMON_KWARGS + ("create_all_gather_group",),
-    "0.19": _COMMON_KWARGS + ("gtp_remat_size", "expert_gtp_remat_size"),
-}
+_GTP_KWARGS = ("gtp_remat_size", "expert_gtp_remat_size")
+
+
+@dataclass(frozen=True)
+class Profile:
+    """What one megatron-core API profile has. :func:`build_loops` reads only these flags.
+
+    ``ag_in_init``: ``initialize_model_parallel(create_all_gather_group=)`` makes the AG
+    twin inside the DP-with-CP loop, reachable with ``get_data_parallel_group(...,
+    independent_all_gather=True)`` (0.16-0.17). ``ag_after_init``: the caller's
+    ``create_all_gather_groups()`` makes the dense and expert AG groups after
+    initialisation, from a generator with the hard-coded order and offset 0 (0.18+).
+    ``gtp_axis``: the GTP weight-remat axis, its groups and keywords (0.19+).
+    ``since``: the first ``(major, minor)`` release the profile models; it covers every
+    release up to the next profile's.
+    """
+
+    name: str
+    versions: str
+    since: tuple[int, int]
+    ag_in_init: bool
+    ag_after_init: bool
+    gtp_axis: bool
+
+    @property
+    def init_kwargs(self) -> tuple[str, ...]:
+        """Keyword arguments of this profile's ``initialize_model_parallel``."""
+        return (_COMMON_KWARGS + (("create_all_gather_group",) if self.ag_in_init else ())
+                + (_GTP_KWARGS if self.gtp_axis else ()))
+
+    @property
+    def dp_group_kwargs(self) -> tuple[str, ...]:
+        """Keyword arguments of this profile's ``get_data_parallel_group``."""
+        return (("with_context_parallel",) + (("with_gtp_remat",) if self.gtp_axis else ())
+                + ("partial_data_parallel",)
+                + (("independent_all_gather",) if self.ag_in_init else ()))
+
+    @property
+    def expert_all_gather(self) -> bool:
+        """Whether the option also makes an expert-DP all-gather group (when ep > 1)."""
+        return self.ag_after_init
+
+
+PROFILES: dict[str, Profile] = {p.name: p for p in (
+    Profile("0.16", "0.16.x-0.17.x", (0, 16), ag_in_init=True, ag_after_init=False,
+            gtp_axis=False),
+    Profile("0.18", "0.18.x", (0, 18), ag_in_init=False, ag_after_init=True, gtp_axis=False),
+    Profile("0.19", "0.19.x and later", (0, 19), ag_in_init=False, ag_after_init=True,
+            gtp_axis=True),
+)}
+assert tuple(PROFILES) == MCORE_PROFILES, "config.MCORE_PROFILES and profiles.PROFILES differ"
 
 AG_ORDER = DEFAULT_ORDER  # create_all_gather_groups() hard-codes this order (and offset 0)
 
 
+def profiles_help() -> str:
+    """``"0.16 (0.16.x-0.17.x), 0.18 (0.18.x), 0.19 (0.19.x and later)"``."""
+    return ", ".join(f"{p.name} ({p.versions})" for p in PROFILES.values())
+
+
 def check_profile(mcore: str) -> str:
     mcore = str(mcore)
-    if mcore not in MCORE_PROFILES:
+    if mcore not in PROFILES:
         raise LayoutError(
-            f"unknown megatron-core profile {mcore!r}; use one of {', '.join(MCORE_PROFILES)} "
-            f"('0.16' for 0.16.x-0.17.x, '0.19' for 0.18.x-0.19.x).", mcore=mcore)
+            f"unknown megatron-core profile {mcore!r}; use one of {profiles_help()}.",
+            mcore=mcore)
     return mcore
 
 
+def profile_for_release(major: int, minor: int) -> Profile | None:
+    """The profile modelling megatron-core ``major.minor`` (None before the first)."""
+    found = None
+    for prof in PROFILES.values():  # in release order
+        if (major, minor) >= prof.since:
+            found = prof
+    return found
+
+
+def get_profile(mcore: str) -> Profile:
+    """The :class:`Profile` named ``mcore`` (a :class:`LayoutError` for an unknown name)."""
+    return PROFILES[check_profile(mcore)]
+
+
 def megatron_kwargs(mcore: str) -> tuple[str, ...]:
-    return _PROFILE_KWARGS[check_profile(mcore)]
+    return get_profile(mcore).init_kwargs
 
 
 def validate_profile(cfg: ParallelismConfig, mcore: str) -> None:
     """Rules that depend on the megatron-core version."""
-    if mcore == "0.16" and (cfg.gtp_remat_size > 1 or cfg.expert_gtp_remat_size > 1):
+    prof = get_profile(mcore)
+    gtp, egtp = cfg.gtp_remat_size, cfg.expert_gtp_remat_size
+    if not prof.gtp_axis and (gtp > 1 or egtp > 1):
         raise LayoutError(
-            f"gtp_remat_size={cfg.gtp_remat_size}, expert_gtp_remat_size="
-            f"{cfg.expert_gtp_remat_size}: GTP weight remat exists only from megatron-core 0.19; "
+            f"gtp_remat_size={gtp}, expert_gtp_remat_size={egtp}: GTP weight remat exists only "
+            f"from megatron-core 0.19 (profile {prof.name} is megatron-core {prof.versions}); "
             f"use mcore='0.19' or set both to 1.", megatron_error="TypeError")
-    if mcore == "0.19":
-        gtp, egtp = cfg.gtp_remat_size, cfg.expert_gtp_remat_size
-        # (GTP with several optimizer instances is rejected in config.validate, which runs
-        # first: Megatron asserts it before the world-divisibility check.)
-        if cfg.create_all_gather_group and (gtp > 1 or egtp > 1):
-            raise LayoutError(
-                f"create_all_gather_group with gtp_remat_size={gtp}, expert_gtp_remat_size={egtp}: "
-                f"megatron-core 0.19's create_all_gather_groups() sizes its generator with the full "
-                f"dp*gtp and produces ranks beyond the world ('ValueError: Rank N is out of "
-                f"range'); turn the option off or use GTP sizes of 1.",
-                megatron_error="ValueError")
+    # (GTP with several optimizer instances is rejected in config.validate, which runs
+    # first: Megatron asserts it before the world-divisibility check.)
+    if prof.gtp_axis and prof.ag_after_init and cfg.create_all_gather_group and (
+            gtp > 1 or egtp > 1):
+        raise LayoutError(
+            f"create_all_gather_group with gtp_remat_size={gtp}, expert_gtp_remat_size={egtp}: "
+            f"megatron-core 0.19's create_all_gather_groups() sizes its generator with the full "
+            f"dp*gtp and produces ranks beyond the world ('ValueError: Rank N is out of "
+            f"range'); turn the option off or use GTP sizes of 1.",
+            megatron_error="ValueError")
 
 
 def _gloo(on: bool, kind: str, desc: str, source) -> tuple[Entry, ...]:
@@ -92,16 +165,16 @@ def _hier_descs(desc: str, level: int, gloo: bool) -> str:
 
 def build_loops(cfg: ParallelismConfig, mcore: str) -> list[Loop]:
     """The whole ``new_group`` sequence of ``initialize_model_parallel`` (+ AG groups)."""
-    mcore = check_profile(mcore)
-    validate_profile(cfg, mcore)
-    g19 = mcore == "0.19"
+    prof = get_profile(mcore)
+    validate_profile(cfg, prof.name)
+    gtp_axis = prof.gtp_axis  # the gtp_remat token and the GTP groups (0.19)
     n = cfg.num_distributed_optimizer_instances
     nccl = "nccl"
-    dense = Grid.dense(cfg, gtp_token=g19)
-    expert = Grid.expert(cfg, gtp_token=g19)
-    gtp_dense = g19 and cfg.gtp_remat_size > 1
-    gtp_expert = g19 and cfg.expert_gtp_remat_size > 1
-    # 0.19: gtp > 1 turns Gloo off for the whole function, egtp > 1 before expert DP.
+    dense = Grid.dense(cfg, gtp_token=gtp_axis)
+    expert = Grid.expert(cfg, gtp_token=gtp_axis)
+    gtp_dense = gtp_axis and cfg.gtp_remat_size > 1
+    gtp_expert = gtp_axis and cfg.expert_gtp_remat_size > 1
+    # GTP (0.19): gtp > 1 turns Gloo off for the whole function, egtp > 1 before expert DP.
     gloo_dense = cfg.use_gloo_process_groups and not gtp_dense
     gloo_expert = gloo_dense and not gtp_expert
     loops: list[Loop] = []
@@ -112,14 +185,14 @@ def build_loops(cfg: ParallelismConfig, mcore: str) -> list[Loop]:
             entries += _gloo(gloo_dense, kind, desc, source)
         loops.append(Loop.simple(*entries))
 
-    # 0. (0.19) GTP weight-remat groups: singletons when gtp=1.
-    if g19:
+    # 0. (GTP axis) GTP weight-remat groups: singletons when gtp=1.
+    if gtp_axis:
         simple("gtp_remat", "GTP_WEIGHT_REMAT_GROUP", Ortho(dense, "gtp_remat"))
 
-    # 1. DP-with-CP, its AG twin (0.16), its Gloo twin, the partial-DP groups.
+    # 1. DP-with-CP, its AG twin (ag_in_init), its Gloo twin, the partial-DP groups.
     dp_cp = Ortho(dense, "dp-cp")
     first = [Entry("dp_cp", "DATA_PARALLEL_GROUP_WITH_CP", nccl, dp_cp)]
-    if mcore == "0.16" and cfg.create_all_gather_group:
+    if prof.ag_in_init and cfg.create_all_gather_group:
         first.append(Entry("dp_cp_ag", "DATA_PARALLEL_GROUP_WITH_CP_AG", nccl, dp_cp))
     first.extend(_gloo(gloo_dense, "dp_cp", "DATA_PARALLEL_GROUP_WITH_CP", dp_cp))
     steps = [Step(1, tuple(first))]
@@ -144,7 +217,7 @@ def build_loops(cfg: ParallelismConfig, mcore: str) -> list[Loop]:
             Step(size // s, (Entry(f"hybrid_dp_cp_{s}", f"HYBRID_DP_CP_GROUP_{s}", nccl,
                                    Chunks(dp_cp, s)),)) for s in chunk_sizes)))
 
-    # 4. DP (+ 0.19 gtp_remat-dp groups when gtp > 1).
+    # 4. DP (+ gtp_remat-dp groups when gtp > 1).
     simple("dp", "DATA_PARALLEL_GROUP", Ortho(dense, "dp"), gloo=True)
     if gtp_dense:
         simple("gtp_remat_dp", "DATA_PARALLEL_GROUP_WITH_GTP_REMAT", Ortho(dense, "gtp_remat-dp"))
@@ -163,7 +236,8 @@ def build_loops(cfg: ParallelismConfig, mcore: str) -> list[Loop]:
     loops.append(Loop(cp.n_groups, tuple(steps)))
 
     # 6-7. MP and TP.
-    simple("mp", "MODEL_PARALLEL_GROUP", Ortho(dense, "tp-gtp_remat-pp" if g19 else "tp-pp"))
+    g = "gtp_remat-" if gtp_axis else ""  # the GTP axis adds the token to mp, tp-dp-cp, tp-dp
+    simple("mp", "MODEL_PARALLEL_GROUP", Ortho(dense, f"tp-{g}pp"))
     simple("tp", "TENSOR_MODEL_PARALLEL_GROUP", Ortho(dense, "tp"))
 
     # 8. PP with its embedding and position-embedding groups.
@@ -177,21 +251,20 @@ def build_loops(cfg: ParallelismConfig, mcore: str) -> list[Loop]:
 
     # 9-10. TP-DP-CP, TP-DP, TP-CP.
     simple("tp_dp_cp", "TENSOR_AND_DATA_PARALLEL_GROUP_WITH_CP",
-           Ortho(dense, "tp-gtp_remat-dp-cp" if g19 else "tp-dp-cp"))
-    simple("tp_dp", "TENSOR_AND_DATA_PARALLEL_GROUP",
-           Ortho(dense, "tp-gtp_remat-dp" if g19 else "tp-dp"))
-    # 0.19 keeps the plain 'tp-cp' token here (only mp, tp-dp-cp and tp-dp gain gtp_remat).
+           Ortho(dense, f"tp-{g}dp-cp"))
+    simple("tp_dp", "TENSOR_AND_DATA_PARALLEL_GROUP", Ortho(dense, f"tp-{g}dp"))
+    # The GTP axis keeps the plain 'tp-cp' token here (only mp, tp-dp-cp, tp-dp gain gtp_remat).
     simple("tp_cp", "TENSOR_AND_CONTEXT_PARALLEL_GROUP", Ortho(dense, "tp-cp"))
 
     # 11. Expert groups.
-    if g19:
+    if gtp_axis:
         simple("expt_gtp_remat", "EXPERT_GTP_WEIGHT_REMAT_GROUP", Ortho(expert, "gtp_remat"))
     simple("ep", "EXPERT_MODEL_PARALLEL_GROUP", Ortho(expert, "ep"))
     simple("ep_tp", "EXPERT_TENSOR_PARALLEL_GROUP", Ortho(expert, "tp"))
     simple("tp_ep_mp", "EXPERT_TENSOR_AND_MODEL_PARALLEL_GROUP", Ortho(expert, "tp-ep"))
     tp_ep_pp = Ortho(expert, "tp-ep-pp")
     simple("tp_ep_pp", "EXPERT_TENSOR_MODEL_PIPELINE_PARALLEL_GROUP", tp_ep_pp)
-    if g19:
+    if gtp_axis:
         simple("tp_ep_egtp_pp", "EXPERT_TENSOR_MODEL_PIPELINE_PARALLEL_GROUP_WITH_EGTP",
                Ortho(expert, "tp-ep-gtp_remat-pp"))
 
@@ -216,21 +289,22 @@ def build_loops(cfg: ParallelismConfig, mcore: str) -> list[Loop]:
                Ortho(expert, "gtp_remat-dp"))
 
     # 13. Intra distributed-optimizer instance groups.
-    if gtp_dense or gtp_expert:  # one group of all ranks, sorted (0.19)
+    if gtp_dense or gtp_expert:  # one group of all ranks, sorted (GTP axis)
         intra_opt = Ortho(expert, "-".join(expert.names))
     else:
         intra_opt = Concat(tp_ep_pp, iedp)
     simple("intra_dist_opt", "INTRA_DISTRIBUTED_OPTIMIZER_INSTANCE_GROUP", intra_opt)
 
-    # (0.19) create_all_gather_groups(for_expert_parallelism=ep > 1), after init.
-    if g19 and cfg.create_all_gather_group:
-        loops.extend(all_gather_loops_019(cfg))
+    # (ag_after_init) create_all_gather_groups(for_expert_parallelism=ep > 1), after init.
+    if prof.ag_after_init and cfg.create_all_gather_group:
+        loops.extend(all_gather_loops_after_init(cfg))
     return loops
 
 
-def ag_grids_019(cfg: ParallelismConfig) -> tuple[Grid, Grid | None]:
+def ag_grids_after_init(cfg: ParallelismConfig) -> tuple[Grid, Grid | None]:
     """The generators ``create_all_gather_groups`` builds: hard-coded order, offset 0."""
-    # GTP sizes are 1 here (validate_profile rejects the option with GTP > 1).
+    # GTP sizes are 1 here (validate_profile rejects the option with GTP > 1); 0.18 has no
+    # GTP axis, and 0.19 adds a size-1 gtp_remat token, which changes no group.
     dense = Grid.from_sizes(AG_ORDER, 0, tp=cfg.tp, pp=cfg.pp, dp=cfg.dp, ep=1, cp=cfg.cp)
     expert = None
     if cfg.ep > 1:
@@ -238,11 +312,16 @@ def ag_grids_019(cfg: ParallelismConfig) -> tuple[Grid, Grid | None]:
     return dense, expert
 
 
-def all_gather_loops_019(cfg: ParallelismConfig) -> list[Loop]:
-    dense, expert = ag_grids_019(cfg)
+def all_gather_loops_after_init(cfg: ParallelismConfig) -> list[Loop]:
+    dense, expert = ag_grids_after_init(cfg)
     loops = [Loop.simple(Entry("dp_cp_ag", "DATA_PARALLEL_GROUP_WITH_CP_AG", "nccl",
                                Ortho(dense, "dp-cp")))]
     if expert is not None:
         loops.append(Loop.simple(Entry("ep_dp_ag", "EXPERT_DATA_PARALLEL_GROUP_AG", "nccl",
                                        Ortho(expert, "dp"))))
     return loops
+
+
+# Former names (the after-init path was 0.19-only before the 0.18 profile).
+ag_grids_019 = ag_grids_after_init
+all_gather_loops_019 = all_gather_loops_after_init

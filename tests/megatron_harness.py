@@ -21,9 +21,12 @@ once, so the harness also restores every module global to its import-time
 value before each rank, and restores ``os.environ`` (the UCC path writes
 variables) afterwards.
 
-The same harness drives megatron-core 0.16.1 (installed) and the 0.19.2
-``parallel_state.py`` loaded straight from its wheel (:func:`load_parallel_state_019`);
-the replay engine can reuse :func:`run_world` / :func:`recording_new_group`.
+The same harness drives megatron-core 0.16.1 (installed) and the 0.17.1, 0.18.2
+and 0.19.2 ``parallel_state.py`` files loaded straight from their wheels
+(:func:`fetch_parallel_state`, :func:`load_parallel_state_file`); the replay
+engine can reuse :func:`run_world` / :func:`recording_new_group`. What the
+getters read depends on the simharness profile's capability flags
+(``simharness.profiles.PROFILES``), not on its name.
 """
 
 from __future__ import annotations
@@ -59,18 +62,18 @@ def load_parallel_state_016():
 _STUB_PACKAGE = "_simharness_mcore019"
 
 
-def _stub_modules() -> dict[str, types.ModuleType]:
-    """Minimal stand-ins for what 0.19.2's parallel_state imports besides torch/numpy/einops.
+def _stub_modules(package: str = _STUB_PACKAGE) -> dict[str, types.ModuleType]:
+    """Minimal stand-ins for what 0.17-0.19's parallel_state imports besides torch/numpy/einops.
 
     ``from .utils import GlobalMemoryBuffer, is_torch_min_version`` and
     ``from megatron.core.inference.symmetric_memory import SymmetricMemoryManager``
-    at import time; ``destroy_model_parallel`` also tries
-    ``megatron.core.transformer.moe.fused_a2a.nccl_ep_finalize`` (inside
+    at import time (0.17.1, 0.18.2, 0.19.2); 0.19's ``destroy_model_parallel`` also
+    tries ``megatron.core.transformer.moe.fused_a2a.nccl_ep_finalize`` (inside
     ``try/except Exception``). None of them creates groups.
     """
     from packaging.version import Version
 
-    utils = types.ModuleType(f"{_STUB_PACKAGE}.utils")
+    utils = types.ModuleType(f"{package}.utils")
 
     class GlobalMemoryBuffer:  # only constructed by _set_global_memory_buffer
         def __init__(self):
@@ -112,29 +115,36 @@ def _leaf_modules(mods: dict[str, types.ModuleType]):
                 sys.modules[k] = v
 
 
-def load_parallel_state_019(path: str | os.PathLike):
-    """Load megatron-core 0.19.x ``megatron/core/parallel_state.py`` as a stand-alone module.
+def load_parallel_state_file(path: str | os.PathLike, tag: str):
+    """Load a megatron-core 0.17+ ``megatron/core/parallel_state.py`` as a stand-alone module.
 
-    The file targets Python >= 3.12 but compiles under 3.11; it is executed as
-    ``_simharness_mcore019.parallel_state`` with the stubs of :func:`_stub_modules`,
-    so the installed megatron-core (0.16.1) is neither imported nor touched.
+    The files target Python >= 3.12 but compile under 3.11; one is executed as
+    ``_simharness_mcore{tag}.parallel_state`` (``tag`` such as ``"018"``) with the
+    stubs of :func:`_stub_modules`, so the installed megatron-core (0.16.1) is
+    neither imported nor touched, and several versions can be loaded side by side.
     """
-    name = f"{_STUB_PACKAGE}.parallel_state"
+    package = f"_simharness_mcore{tag}"
+    name = f"{package}.parallel_state"
     if name in sys.modules:
         return sys.modules[name]
-    stubs = _stub_modules()
-    pkg = types.ModuleType(_STUB_PACKAGE)
+    stubs = _stub_modules(package)
+    pkg = types.ModuleType(package)
     pkg.__path__ = []  # a namespace-like package: only our stubs live in it
-    sys.modules[_STUB_PACKAGE] = pkg
-    sys.modules[f"{_STUB_PACKAGE}.utils"] = stubs[f"{_STUB_PACKAGE}.utils"]
+    sys.modules[package] = pkg
+    sys.modules[f"{package}.utils"] = stubs[f"{package}.utils"]
     spec = importlib.util.spec_from_file_location(name, os.fspath(path))
     module = importlib.util.module_from_spec(spec)
-    module.__package__ = _STUB_PACKAGE
+    module.__package__ = package
     with _leaf_modules({k: v for k, v in stubs.items() if k.startswith("megatron.")}):
         spec.loader.exec_module(module)
     module._simharness_stubs = stubs
     sys.modules[name] = module
     return module
+
+
+def load_parallel_state_019(path: str | os.PathLike):
+    """megatron-core 0.19.x's ``parallel_state.py`` (see :func:`load_parallel_state_file`)."""
+    return load_parallel_state_file(path, "019")
 
 
 # -------------------------------------------------------------- recording
@@ -238,7 +248,15 @@ def read_getters(ps, mcore: str) -> dict[str, Any]:
 
     Group objects become their sorted torch ranks; ``*_GLOBAL_RANKS`` module
     globals keep Megatron's order; getters that assert become ``RAISES``.
+    ``mcore`` is the simharness profile the module should follow; its flags pick
+    the getter signatures (``with_gtp_remat`` with the GTP axis, the
+    ``independent_all_gather`` getter with the in-init AG group).
     """
+    from simharness.profiles import get_profile
+
+    prof = get_profile(mcore)
+    # with_gtp_remat=False is the group 0.16-0.18 return by default.
+    gtp_kw = {"with_gtp_remat": False} if prof.gtp_axis else {}
     out: dict[str, Any] = {}
     g = out.__setitem__
     g("tp", _g(ps.get_tensor_model_parallel_group))
@@ -255,12 +273,8 @@ def read_getters(ps, mcore: str) -> dict[str, Any]:
     g("tp_ep_mp", _g(ps.get_expert_tensor_and_model_parallel_group))
     g("tp_ep_pp", _g(ps.get_expert_tensor_model_pipeline_parallel_group))
     g("ep_dp", _g(lambda: ps.get_expert_data_parallel_group()))
-    if mcore == "0.16":
-        g("intra_ep_dp", _g(lambda: ps.get_expert_data_parallel_group(
-            partial_expert_data_parallel=True)))
-    else:  # 0.19: with_gtp_remat=False is the group 0.16 returned
-        g("intra_ep_dp", _g(lambda: ps.get_expert_data_parallel_group(
-            with_gtp_remat=False, partial_expert_data_parallel=True)))
+    g("intra_ep_dp", _g(lambda: ps.get_expert_data_parallel_group(
+        **gtp_kw, partial_expert_data_parallel=True)))
     g("inter_ep_dp", _g(lambda: ps.get_inter_distributed_optimizer_instance_group(
         check_initialized=False)))
     g("intra_dist_opt", _g(ps.get_intra_distributed_optimizer_instance_group))
@@ -272,15 +286,17 @@ def read_getters(ps, mcore: str) -> dict[str, Any]:
     hcp = ps.get_hierarchical_context_parallel_groups(check_initialized=False)
     g("hcp", None if hcp is None else [group_ranks(x) for x in hcp])
     g("hybrid", {int(k): group_ranks(v) for k, v in (ps._HYBRID_DP_CP_GROUPS or {}).items()})
-    if mcore == "0.16":
-        g("intra_dp_cp", _g(lambda: ps.get_data_parallel_group(
-            with_context_parallel=True, partial_data_parallel=True)))
+    g("intra_dp_cp", _g(lambda: ps.get_data_parallel_group(
+        with_context_parallel=True, **gtp_kw, partial_data_parallel=True)))
+    # The module's API against the profile's flags.
+    g("api_ag_in_init", hasattr(ps, "has_separate_all_gather_group"))
+    g("api_ag_after_init", hasattr(ps, "create_all_gather_groups"))
+    g("api_gtp", hasattr(ps, "get_gtp_weight_remat_group"))
+    if prof.ag_in_init:
         g("dp_cp_ag", _g(lambda: ps.get_data_parallel_group(
             with_context_parallel=True, independent_all_gather=True)))
         g("has_ag", ps.has_separate_all_gather_group())
-    else:
-        g("intra_dp_cp", _g(lambda: ps.get_data_parallel_group(
-            with_context_parallel=True, with_gtp_remat=False, partial_data_parallel=True)))
+    if prof.gtp_axis:
         g("dp_replicate", _g(lambda: ps.get_data_parallel_group(with_gtp_remat=False)))
         g("dp_cp_replicate", _g(lambda: ps.get_data_parallel_group(
             with_context_parallel=True, with_gtp_remat=False)))
@@ -386,35 +402,52 @@ def megatron_error(ps, world_size: int, init_kwargs: dict, *, rank: int = 0,
     return None
 
 
-# ------------------------------------------------------- 0.19.2 download
+# ------------------------------------------------ wheels (0.17-0.19)
+# megatron-core releases whose parallel_state.py the parity tests load, with the sha256 of
+# megatron/core/parallel_state.py in the PyPI wheel (cp312 manylinux; notes/mcore019.md,
+# notes/mcore018.md). The wheels themselves are only downloaded, never installed.
+MCORE_WHEELS = {
+    "0.17.1": "ac56a6236c694f90e71fa33a38c5cfb80f926f2d9c6deb48e69da570024293c6",
+    "0.18.2": "6b284e2580f5941eb0a24ac7a7f3f38dba0431d262334cc8ea836d93ac29b559",
+    "0.19.2": "1f6e23a01022c06be3b67f930095898e5032f6ff93695f8da5aae3b5a546dcf0",
+}
 MCORE019_VERSION = "0.19.2"
-# sha256 of megatron/core/parallel_state.py in the PyPI 0.19.2 wheel (notes/mcore019.md).
-MCORE019_SHA256 = "1f6e23a01022c06be3b67f930095898e5032f6ff93695f8da5aae3b5a546dcf0"
+MCORE019_SHA256 = MCORE_WHEELS[MCORE019_VERSION]
 
 
-def fetch_parallel_state_019(root: str | os.PathLike, *, timeout: float = 180.0) -> Path:
-    """Path of 0.19.2's ``parallel_state.py`` under ``root/.cache/mcore019``, downloading
-    the wheel with pip when it is missing (what ``tests/fetch_mcore019.sh`` does).
+def version_tag(version: str) -> str:
+    """``"0.18.2"`` -> ``"018"`` (cache folder ``.cache/mcore018``, module package suffix)."""
+    major, minor = version.split(".")[:2]
+    return f"{int(major)}{int(minor):02d}"
 
+
+def fetch_parallel_state(root: str | os.PathLike, version: str, *,
+                         timeout: float = 180.0) -> Path:
+    """Path of megatron-core ``version``'s ``parallel_state.py`` under
+    ``root/.cache/mcore{tag}``, downloading the wheel with pip when it is missing
+    (``tests/fetch_mcore019.sh VERSION`` does the same by hand).
+
+    ``version`` must be a key of :data:`MCORE_WHEELS` (its sha256 is pinned).
     Raises ``RuntimeError`` with the reason when it cannot be had (no network, no pip,
-    a file that is not 0.19.2's)."""
+    a file that is not that version's)."""
     import hashlib
     import subprocess
     import tempfile
     import zipfile
 
+    sha256 = MCORE_WHEELS[version]
     cache = Path(root) / ".cache"
-    dest = cache / "mcore019"
+    dest = cache / f"mcore{version_tag(version)}"
     target = dest / "megatron" / "core" / "parallel_state.py"
 
     def verified() -> bool:
-        return target.is_file() and hashlib.sha256(target.read_bytes()).hexdigest() == MCORE019_SHA256
+        return target.is_file() and hashlib.sha256(target.read_bytes()).hexdigest() == sha256
 
     if verified():
         return target
     if os.environ.get("SIMHARNESS_NO_DOWNLOAD"):
         raise RuntimeError(f"{target} is missing and SIMHARNESS_NO_DOWNLOAD is set "
-                           f"(run tests/fetch_mcore019.sh)")
+                           f"(run tests/fetch_mcore019.sh {version})")
     dest.mkdir(parents=True, exist_ok=True)
     (cache / ".gitignore").write_text("*\n")
     try:
@@ -426,19 +459,19 @@ def fetch_parallel_state_019(root: str | os.PathLike, *, timeout: float = 180.0)
         if verified():
             return target
         with tempfile.TemporaryDirectory(dir=dest) as tmp:
-            cmd = [sys.executable, "-m", "pip", "download", f"megatron-core=={MCORE019_VERSION}",
+            cmd = [sys.executable, "-m", "pip", "download", f"megatron-core=={version}",
                    "--no-deps", "--only-binary", ":all:", "--python-version", "3.12",
                    "--timeout", "15", "--retries", "1", "--disable-pip-version-check", "-q",
                    "-d", tmp]
             try:
                 proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
             except (OSError, subprocess.TimeoutExpired) as exc:
-                raise RuntimeError(f"pip download megatron-core=={MCORE019_VERSION} failed: "
+                raise RuntimeError(f"pip download megatron-core=={version} failed: "
                                    f"{exc}") from None
             wheels = sorted(Path(tmp).glob("megatron_core-*.whl"))
             if proc.returncode or not wheels:
                 tail = (proc.stderr or proc.stdout).strip().splitlines()[-1:] or ["no output"]
-                raise RuntimeError(f"pip download megatron-core=={MCORE019_VERSION} failed "
+                raise RuntimeError(f"pip download megatron-core=={version} failed "
                                    f"(exit {proc.returncode}): {tail[0]}")
             with zipfile.ZipFile(wheels[-1]) as z:
                 data = z.read("megatron/core/parallel_state.py")
@@ -447,9 +480,19 @@ def fetch_parallel_state_019(root: str | os.PathLike, *, timeout: float = 180.0)
             part.write_bytes(data)
             os.replace(part, target)
     if not verified():
-        raise RuntimeError(f"{target} is not megatron-core {MCORE019_VERSION}'s parallel_state.py "
+        raise RuntimeError(f"{target} is not megatron-core {version}'s parallel_state.py "
                            f"(sha256 mismatch)")
     return target
+
+
+def fetch_parallel_state_019(root: str | os.PathLike, *, timeout: float = 180.0) -> Path:
+    """:func:`fetch_parallel_state` for 0.19.2."""
+    return fetch_parallel_state(root, MCORE019_VERSION, timeout=timeout)
+
+
+def load_version(root: str | os.PathLike, version: str):
+    """Fetch (if needed) and load megatron-core ``version``'s ``parallel_state``."""
+    return load_parallel_state_file(fetch_parallel_state(root, version), version_tag(version))
 
 
 # ------------------------------------------------- simharness, same shape
@@ -464,7 +507,7 @@ def simharness_view(layout, rank: int) -> dict[str, Any]:
     cfg = layout.config
     view = layout.rank(rank)
     groups = view.groups
-    mcore = layout.mcore
+    prof = layout.profile
 
     def srt(kind):
         m = groups.get(kind)
@@ -484,8 +527,8 @@ def simharness_view(layout, rank: int) -> dict[str, Any]:
             return RAISES
 
     n = cfg.num_distributed_optimizer_instances
-    egtp = mcore == "0.19" and cfg.expert_gtp_remat_size > 1
-    gtp = mcore == "0.19" and cfg.gtp_remat_size > 1
+    egtp = prof.gtp_axis and cfg.expert_gtp_remat_size > 1
+    gtp = prof.gtp_axis and cfg.gtp_remat_size > 1
     out: dict[str, Any] = {
         "tp": srt("tp"), "pp": srt("pp"), "mp": srt("mp"), "cp": srt("cp"),
         "dp": dpg(), "dp_cp": dpg(with_context_parallel=True),
@@ -504,13 +547,15 @@ def simharness_view(layout, rank: int) -> dict[str, Any]:
         "hybrid": {int(k.rsplit("_", 1)[1]): srt(k) for k in groups
                    if k.startswith("hybrid_dp_cp_")},
     }
-    if mcore == "0.16":
-        out["intra_dp_cp"] = dpg(with_context_parallel=True, partial_data_parallel=True)
+    gtp_kw = {"with_gtp_remat": False} if prof.gtp_axis else {}
+    out["intra_dp_cp"] = dpg(with_context_parallel=True, **gtp_kw, partial_data_parallel=True)
+    out["api_ag_in_init"] = prof.ag_in_init
+    out["api_ag_after_init"] = prof.ag_after_init
+    out["api_gtp"] = prof.gtp_axis
+    if prof.ag_in_init:
         out["dp_cp_ag"] = dpg(with_context_parallel=True, independent_all_gather=True)
         out["has_ag"] = "dp_cp_ag" in groups
-    else:
-        out["intra_dp_cp"] = dpg(with_context_parallel=True, with_gtp_remat=False,
-                                 partial_data_parallel=True)
+    if prof.gtp_axis:
         out["dp_replicate"] = dpg(with_gtp_remat=False)
         out["dp_cp_replicate"] = dpg(with_context_parallel=True, with_gtp_remat=False)
         out["gtp_remat"] = srt("gtp_remat")

@@ -9,6 +9,7 @@ from hypothesis import strategies as st
 
 from simharness import LayoutError, ParallelismConfig, build_layout
 from simharness._cli import output as out
+from simharness.config import MCORE_PROFILES
 from simharness.configfile import ConfigFileError, parse_config_text
 from simharness.diff import diff_layouts
 from simharness.explain import explain
@@ -28,7 +29,7 @@ def configs(draw):
         ep = 1
     ag = draw(st.booleans())
     mapping = draw(st.booleans())
-    mcore = draw(st.sampled_from(["0.16", "0.19"]))
+    mcore = draw(st.sampled_from(MCORE_PROFILES))
     try:
         cfg = ParallelismConfig(world_size=world, tensor_model_parallel_size=tp,
                                 pipeline_model_parallel_size=pp, context_parallel_size=cp,
@@ -100,7 +101,7 @@ def test_diff_is_antisymmetric(c1, c2):
 def test_diff_toggle_all_gather():
     cfg = ParallelismConfig(world_size=16, tensor_model_parallel_size=2,
                             pipeline_model_parallel_size=2, context_parallel_size=2)
-    for mcore in ("0.16", "0.19"):
+    for mcore in MCORE_PROFILES:
         d = diff_layouts(build_layout(cfg, mcore),
                          build_layout(cfg.replace(create_all_gather_group=True), mcore))
         assert [k.kind for k in d.changed_kinds] == ["dp_cp_ag"]
@@ -111,13 +112,14 @@ def test_diff_toggle_all_gather():
         assert (d.communicators[1] - d.communicators[0]).tolist() == [1] * 16
 
 
-def test_diff_0_19_all_gather_ignores_order():
-    # 0.19's create_all_gather_groups() hard-codes tp-cp-ep-dp-pp (upstream #4261): with the
+@pytest.mark.parametrize("mcore", ["0.18", "0.19"])
+def test_diff_0_19_all_gather_ignores_order(mcore):
+    # 0.18+'s create_all_gather_groups() hard-codes tp-cp-ep-dp-pp (upstream #4261): with the
     # tp-pp-dp mapping the AG groups hold other ranks than the reduce-scatter groups.
     cfg = ParallelismConfig(world_size=16, tensor_model_parallel_size=2,
                             pipeline_model_parallel_size=2, use_tp_pp_dp_mapping=True)
-    d = diff_layouts(build_layout(cfg, "0.19"),
-                     build_layout(cfg.replace(create_all_gather_group=True), "0.19"))
+    d = diff_layouts(build_layout(cfg, mcore),
+                     build_layout(cfg.replace(create_all_gather_group=True), mcore))
     assert d.all_gather["dense"].ranks_members_changed.size > 0
 
 

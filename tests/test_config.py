@@ -151,7 +151,8 @@ def test_from_megatron_keywords_per_profile():
     assert cfg.order == DEFAULT_ORDER
     for mcore, bad in (("0.16", "gtp_remat_size"), ("0.16", "expert_gtp_remat_size"),
                        ("0.19", "create_all_gather_group"), ("0.16", "world"),
-                       ("0.19", "use_tp_pp_dp_mapping")):
+                       ("0.19", "use_tp_pp_dp_mapping"), ("0.18", "create_all_gather_group"),
+                       ("0.18", "gtp_remat_size"), ("0.18", "expert_gtp_remat_size")):
         with pytest.raises(LayoutError) as info:
             ParallelismConfig.from_megatron(world_size=8, mcore=mcore, **{bad: 2})
         assert info.value.megatron_error == "TypeError"

@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 
 from simharness import LayoutError, ParallelismConfig, build_layout
+from simharness.config import MCORE_PROFILES
 from simharness.grid import Grid
 
 TP_PP_DP = "tp-cp-ep-pp-dp"
@@ -22,7 +23,7 @@ def groups(layout, kind):
     return layout.groups(kind).tolist()
 
 
-@pytest.fixture(params=["0.16", "0.19"])
+@pytest.fixture(params=MCORE_PROFILES)
 def mcore(request):
     return request.param
 

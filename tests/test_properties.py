@@ -20,8 +20,9 @@ from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
 from simharness import LayoutError, ParallelismConfig, build_layout
-from simharness.config import DEFAULT_ORDER, TP_PP_DP_ORDER
+from simharness.config import DEFAULT_ORDER, MCORE_PROFILES, TP_PP_DP_ORDER
 from simharness.layout import Layout
+from simharness.profiles import PROFILES
 
 # SIMHARNESS_HYPOTHESIS_EXAMPLES=3000 for a longer hunt (the default keeps the file < 30 s).
 EXAMPLES = int(os.environ.get("SIMHARNESS_HYPOTHESIS_EXAMPLES", "250"))
@@ -35,7 +36,8 @@ def divisors(n):
 
 @st.composite
 def valid_configs(draw):
-    mcore = draw(st.sampled_from(["0.16", "0.19"]))
+    mcore = draw(st.sampled_from(MCORE_PROFILES))
+    prof = PROFILES[mcore]
     tp = draw(st.sampled_from([1, 2, 3, 4]))
     pp = draw(st.sampled_from([1, 2, 3, 4]))
     cp = draw(st.sampled_from([1, 2, 4]))
@@ -43,7 +45,7 @@ def valid_configs(draw):
     ag = draw(st.booleans())
     n_wanted = draw(st.sampled_from([1, 1, 2, 4]))
     gtp = egtp = 1
-    if mcore == "0.19" and not ag and n_wanted == 1:
+    if prof.gtp_axis and not ag and n_wanted == 1:
         gtp = draw(st.sampled_from([1, 1, 2]))
         egtp = draw(st.sampled_from([1, 1, 2]))
     world = tp * pp * cp * dp * gtp
@@ -86,9 +88,10 @@ def valid_configs(draw):
 
 
 def expected_sizes(cfg, mcore):
-    g = cfg.gtp_remat_size if mcore == "0.19" else 1
+    gtp_axis = PROFILES[mcore].gtp_axis
+    g = cfg.gtp_remat_size if gtp_axis else 1
     n = cfg.num_distributed_optimizer_instances
-    gtp_any = mcore == "0.19" and (cfg.gtp_remat_size > 1 or cfg.expert_gtp_remat_size > 1)
+    gtp_any = gtp_axis and (cfg.gtp_remat_size > 1 or cfg.expert_gtp_remat_size > 1)
     sizes = {
         "tp": cfg.tp, "cp": cfg.cp, "dp": cfg.dp, "pp": cfg.pp, "dp_cp": cfg.dp * cfg.cp,
         "mp": cfg.tp * cfg.pp * g, "tp_dp": cfg.tp * cfg.dp * g,
@@ -123,15 +126,22 @@ def base_kind(kind):
 def test_layout_invariants(drawn):
     cfg, mcore = drawn
     layout = build_layout(cfg, mcore=mcore)
+    prof = PROFILES[mcore]
+    assert layout.profile is prof
     ranks = np.arange(cfg.rank_offset, cfg.rank_offset + cfg.world_size)
     sizes = expected_sizes(cfg, mcore)
     # Kinds that exist exactly when Megatron creates them.
     assert layout.has("dp_cp_ag") == cfg.create_all_gather_group
-    assert layout.has("ep_dp_ag") == (mcore == "0.19" and cfg.create_all_gather_group
+    assert layout.has("ep_dp_ag") == (prof.ag_after_init and cfg.create_all_gather_group
                                       and cfg.ep > 1)
     assert layout.has("inter_ep_dp") == (cfg.num_distributed_optimizer_instances > 1)
-    gloo = cfg.use_gloo_process_groups and not (mcore == "0.19" and cfg.gtp_remat_size > 1)
+    gloo = cfg.use_gloo_process_groups and not (prof.gtp_axis and cfg.gtp_remat_size > 1)
     assert layout.has("dp_gloo") == gloo
+    gtp_kinds = {"gtp_remat", "expt_gtp_remat", "tp_ep_egtp_pp"}
+    assert gtp_kinds <= set(layout.kinds) if prof.gtp_axis else not gtp_kinds & set(layout.kinds)
+    if cfg.create_all_gather_group:  # in init: right after dp_cp; after init: last
+        assert (layout.creation_order[1].kind == "dp_cp_ag") == prof.ag_in_init
+        assert layout.kinds[-1].endswith("_ag") == prof.ag_after_init
     total = 0
     for kind in layout.kinds:
         arr = layout.groups(kind)
@@ -143,7 +153,7 @@ def test_layout_invariants(drawn):
             assert arr.shape[1] == sizes[base], kind
         if kind in ("embd", "pos_embd"):
             continue
-        if mcore == "0.19" and kind in ("dp_cp_ag", "ep_dp_ag"):
+        if prof.ag_after_init and kind in ("dp_cp_ag", "ep_dp_ag"):
             # create_all_gather_groups() hard-codes rank_offset 0 (notes §4).
             assert np.array_equal(np.sort(arr, axis=None), np.arange(cfg.world_size)), kind
             continue
@@ -187,9 +197,9 @@ def test_layout_invariants(drawn):
     # All-gather groups.
     if cfg.create_all_gather_group:
         ag, dpcp = layout.groups("dp_cp_ag"), layout.groups("dp_cp")
-        if mcore == "0.16" or (cfg.order == DEFAULT_ORDER and cfg.rank_offset == 0):
+        if prof.ag_in_init or (cfg.order == DEFAULT_ORDER and cfg.rank_offset == 0):
             assert np.array_equal(ag, dpcp)
-        if mcore == "0.19" and cfg.order == TP_PP_DP_ORDER and cfg.pp > 1 and cfg.dp > 1:
+        if prof.ag_after_init and cfg.order == TP_PP_DP_ORDER and cfg.pp > 1 and cfg.dp > 1:
             assert not np.array_equal(ag, dpcp)  # upstream issue #4261
     # Round trips.
     assert ParallelismConfig.from_dict(cfg.to_dict()) == cfg
@@ -204,7 +214,7 @@ ORDER_TOKENS = st.sampled_from(["tp", "cp", "ep", "dp", "pp", "xx", "TP", "gtp_r
 
 @SETTINGS
 @given(
-    mcore=st.sampled_from(["0.16", "0.19"]),
+    mcore=st.sampled_from(MCORE_PROFILES),
     world=st.one_of(st.none(), st.integers(1, 48)),
     tp=st.integers(1, 8), pp=st.integers(1, 8), cp=st.integers(1, 8), ep=st.integers(1, 8),
     etp=st.one_of(st.none(), st.integers(1, 8)), n=st.integers(1, 8),
@@ -248,7 +258,7 @@ FIELDS = ["tp", "pp", "cp", "ep", "etp", "vpp", "world_size", "num_distributed_o
 
 @SETTINGS
 @given(st.dictionaries(st.sampled_from(FIELDS), JUNK, min_size=1, max_size=5),
-       st.sampled_from(["0.16", "0.19"]))
+       st.sampled_from(MCORE_PROFILES))
 def test_junk_from_dict_raises_only_layout_error(data, mcore):
     try:
         cfg = ParallelismConfig.from_dict(data)

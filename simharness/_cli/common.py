@@ -17,7 +17,7 @@ configuration flags are ignored, so a command may pass all its kwargs::
         @output_options()
         @click.option("--topology", type=click.Path())
         def place(topology, fmt, quiet, show_all, **kwargs):
-            cfg, mcore = config_from_options(**kwargs)         # ParallelismConfig, "0.16"|"0.19"
+            cfg, mcore = config_from_options(**kwargs)         # ParallelismConfig, profile name
             nodes, gpus_per_node = node_shape(cfg, **kwargs)    # from --nodes/--gpus-per-node/file
             layout = layout_from_options(**kwargs)             # = build_layout(cfg, mcore)
 
@@ -36,7 +36,7 @@ The flags (parameter names in brackets; they equal the
 ``--hybrid-context-parallel``, ``--rank-offset``, ``--gtp-remat-size``,
 ``--expert-gtp-remat-size``, ``--set FIELD=VALUE`` [set_fields] (any other
 field, value parsed as YAML, repeatable), ``--config FILE`` [config_file] and
-``--mcore 0.16|0.19`` [mcore]. Every flag defaults to ``None`` ("not given").
+``--mcore 0.16|0.18|0.19`` [mcore]. Every flag defaults to ``None`` ("not given").
 
 Precedence: ``--config`` file < ``--set`` < named flags. The world is
 ``--world-size``, else ``--nodes * --gpus-per-node`` (8 GPUs per node when not
@@ -77,6 +77,7 @@ import click
 
 from ..config import ALIASES, DEFAULT_MCORE, MCORE_PROFILES, TP_PP_DP_ORDER, ParallelismConfig
 from ..errors import SimharnessError
+from ..profiles import profiles_help
 
 if TYPE_CHECKING:  # pragma: no cover
     from ..layout import Layout
@@ -298,8 +299,7 @@ def config_options(func: Callable | None = None, *, mcore_multiple: bool = False
     Usable bare (``@config_options``) or called (``@config_options(mcore_multiple=True)``).
     """
     def decorate(f: Callable) -> Callable:
-        mcore_help = (f"megatron-core API profile: 0.16 (0.16.x-0.17.x) or 0.19 (0.18+); "
-                      f"default {DEFAULT_MCORE}.")
+        mcore_help = f"megatron-core API profile: {profiles_help()}; default {DEFAULT_MCORE}."
         if mcore_multiple:
             f = click.option("--mcore", "mcore", type=click.Choice(MCORE_PROFILES),
                              multiple=True, help=mcore_help + " Give twice to compare.")(f)

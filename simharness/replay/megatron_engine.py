@@ -7,9 +7,11 @@ compared call by call with the plan's creation order, each group the rank is
 in is verified like a plan replay, and the getters are compared with the
 plan (:func:`simharness.replay.verify.compare_getters`).
 
-Version handling: 0.16/0.17 take ``create_all_gather_group=`` (detected with
-``inspect.signature``); 0.18+ build the all-gather groups with
-``create_all_gather_groups(for_expert_parallelism=ep > 1)`` after init.
+Version handling (:func:`profile_for_version`): 0.16.x/0.17.x follow profile
+"0.16", 0.18.x profile "0.18", 0.19.x and later profile "0.19". 0.16/0.17 take
+``create_all_gather_group=`` (detected with ``inspect.signature``); 0.18+ build
+the all-gather groups with ``create_all_gather_groups(for_expert_parallelism=ep > 1)``
+after init.
 SHARP is never used (it needs CUDA).
 """
 
@@ -20,9 +22,10 @@ from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any, Callable
 
+from ..config import DEFAULT_MCORE
 from ..errors import SimharnessError
 from ..layout import Layout
-from ..profiles import megatron_kwargs
+from ..profiles import megatron_kwargs, profile_for_release
 
 DIST = "megatron-core"
 
@@ -40,16 +43,21 @@ def installed_version() -> str | None:
 
 
 def profile_for_version(ver: str) -> str:
-    """simharness profile for an installed version: 0.16/0.17 -> "0.16", 0.18+ -> "0.19"."""
+    """simharness profile for an installed version.
+
+    >>> [profile_for_version(v) for v in ("0.16.1", "0.17.1", "0.18.2", "0.19.2", "0.20.0rc1")]
+    ['0.16', '0.16', '0.18', '0.19', '0.19']
+    """
     try:
         major, minor = (int(x) for x in ver.split(".")[:2])
     except ValueError:
-        return "0.19"
-    if (major, minor) < (0, 16):
+        return DEFAULT_MCORE
+    prof = profile_for_release(major, minor)
+    if prof is None:
         raise SimharnessError(
             f"megatron-core {ver} is installed; simharness models 0.16 and later (the "
             f"all-gather option first shipped in 0.16). Install megatron-core 0.16.1 or newer.")
-    return "0.16" if (major, minor) < (0, 18) else "0.19"
+    return prof.name
 
 
 def check_megatron(layout: Layout, backend: str) -> tuple[str, str]:

@@ -165,7 +165,7 @@ def all_gather_checks(layout: Layout, rank: int, group_of: Callable[[str], Any],
                    kind=ag_kind)
             a, b = torch_ranks(ag), torch_ranks(grp)
             note = ""
-            if sorted(a) != sorted(b) and layout.mcore == "0.19":
+            if sorted(a) != sorted(b) and layout.profile.ag_after_init:
                 note = (" (megatron-core >= 0.18 create_all_gather_groups() rebuilds the groups "
                         "with the hard-coded order tp-cp-ep-dp-pp; upstream issue #4261)")
             _check(checks, mism, rank, "ag_same_ranks", sorted(a) == sorted(b),

@@ -332,7 +332,8 @@ def simulate(layout, placement: Placement, *, model_bytes: float, layers: int,
     slowdown = max(rs.rate_alone / rs.rate_shared, ag.rate_alone / ag.rate_shared)
     extra = sum(1 for k in kinds if k.endswith("_ag"))
     if extra == 0:  # flag off: count what turning it on would add (no expert AG in 0.16)
-        expert_ag = getattr(layout, "mcore", None) != "0.16"
+        profile = getattr(layout, "profile", None)
+        expert_ag = profile is None or bool(profile.expert_all_gather)
         extra = 1 + (expert_ag and int(getattr(cfg, "expert_model_parallel_size", 1)) > 1)
     worst_ring = int(np.argmin(r_rs.alone_gb_per_s)) if r_rs.n_rings else 0
     return OverlapReport(
