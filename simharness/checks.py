@@ -26,7 +26,7 @@ groups and ranks concerned. The checks, by code:
 
 from __future__ import annotations
 
-from typing import Callable, Iterable
+from typing import Any, Callable, Iterable
 
 import numpy as np
 
@@ -227,37 +227,99 @@ def check_twins(w: _World) -> list[Finding]:
     return out
 
 
-def check_matches_config(w: _World) -> list[Finding]:
-    """Compare with a fresh build from the configuration (catches hand-edited plans)."""
+MAX_DIFFS_PER_KIND = 16
+
+
+def _row_diff(kind: str, desc: str, g: int, plan_row: list[int], cfg_row: list[int],
+              ref: Layout) -> dict[str, Any]:
+    extra = sorted(set(plan_row) - set(cfg_row))
+    missing = sorted(set(cfg_row) - set(plan_row))
+    notes = []
+    for r in extra:
+        m = ref.membership(kind, r) if r in ref.ranks else None
+        notes.append(f"rank {r} belongs in {f'group {m.group}' if m is not None else 'no group'}")
+    notes.extend(f"rank {r} is missing" for r in missing)
+    if not extra and not missing:
+        notes.append("same ranks in a different order")
+    return {"check": "plan_vs_config", "kind": kind, "desc": desc, "group": g,
+            "plan": plan_row, "config": cfg_row, "extra": extra, "missing": missing,
+            "ranks": sorted(set(extra) | set(missing)) or plan_row,
+            "message": f"{kind} group {g} ({desc}): plan {plan_row}, the config builds "
+                       f"{cfg_row}: " + ", ".join(notes) + "."}
+
+
+def config_differences(layout: Layout, ref: Layout | None = None) -> list[dict[str, Any]]:
+    """Every way ``layout`` differs from ``build_layout(layout.config, layout.mcore)``.
+
+    Each difference is a dict with ``kind``, ``desc``, ``ranks`` and ``message``;
+    differing groups also carry ``group``, ``plan``, ``config``, ``extra`` and
+    ``missing`` (at most :data:`MAX_DIFFS_PER_KIND` per kind, then one summary).
+    A corrupted plan whose every rank agrees with the others builds fine in
+    torch; only this comparison catches it.
+    """
     from .layout import build_layout
 
-    lay = w.layout
-    ref = build_layout(lay.config, lay.mcore)
-    out = []
-    if ref.kinds != lay.kinds:
-        extra = [k for k in lay.kinds if k not in ref.kinds]
-        missing = [k for k in ref.kinds if k not in lay.kinds]
-        out.append(Finding("matches-config", "error",
-                           f"group kinds differ from what the configuration builds: extra "
-                           f"{extra}, missing {missing}", (), tuple(extra + missing)))
-    for kind in lay.kinds:
-        if not ref.has(kind):
+    ref = build_layout(layout.config, layout.mcore) if ref is None else ref
+    diffs: list[dict[str, Any]] = []
+
+    def note(kind, desc, message):
+        diffs.append({"check": "plan_vs_config", "kind": kind, "desc": desc, "ranks": [],
+                      "message": message})
+
+    for kind in sorted(set(ref.kinds) - set(layout.kinds)):
+        note(kind, ref.desc(kind), f"the config builds {kind} ({ref.desc(kind)}) but the plan "
+                                   f"has no such groups.")
+    for kind in sorted(set(layout.kinds) - set(ref.kinds)):
+        note(kind, layout.desc(kind), f"the plan has {kind} ({layout.desc(kind)}) but the "
+                                      f"config builds no such groups.")
+    for kind in layout.kinds:
+        if kind not in ref.kinds:
             continue
-        a, b = lay.groups(kind), ref.groups(kind)
+        desc = layout.desc(kind)
+        if desc != ref.desc(kind) or layout.backend(kind) != ref.backend(kind):
+            note(kind, desc, f"{kind}: plan says {desc}/{layout.backend(kind)}, the config "
+                             f"builds {ref.desc(kind)}/{ref.backend(kind)}.")
+        a, b = layout.groups(kind), ref.groups(kind)
         if a.shape != b.shape:
-            out.append(Finding("matches-config", "error",
-                               f"{kind}: {a.shape[0]} groups of {a.shape[1]} where the "
-                               f"configuration builds {b.shape[0]} of {b.shape[1]}", (), (kind,)))
+            note(kind, desc, f"{kind} ({desc}): plan has {a.shape[0]} groups of "
+                             f"{a.shape[1] if a.ndim == 2 else '?'}, the config builds "
+                             f"{b.shape[0]} groups of {b.shape[1]}.")
             continue
-        rows = np.flatnonzero((a != b).any(axis=1))
-        if rows.size:
-            diff_ranks = np.unique(np.concatenate([a[rows].ravel(), b[rows].ravel()]))
-            pairs = "; ".join(f"group {i}: {a[i].tolist()} should be {b[i].tolist()}"
-                              for i in rows[:MAX_SHOWN])
+        rows = np.flatnonzero((a != b).any(axis=1)) if a.size else np.array([], dtype=int)
+        for g in rows[:MAX_DIFFS_PER_KIND].tolist():
+            diffs.append(_row_diff(kind, desc, g, a[g].tolist(), b[g].tolist(), ref))
+        if rows.size > MAX_DIFFS_PER_KIND:
+            note(kind, desc, f"{kind}: {rows.size - MAX_DIFFS_PER_KIND} more groups differ.")
+    plan_loops = layout.to_dict(groups=False)["creation_order"]
+    ref_loops = ref.to_dict(groups=False)["creation_order"]
+    if plan_loops != ref_loops:
+        note(None, None, f"the plan's creation order ({plan_loops['length']} new_group calls) "
+                         f"differs from the config's ({ref_loops['length']}).")
+    return diffs
+
+
+def check_matches_config(w: _World) -> list[Finding]:
+    """Compare with a fresh build from the configuration (catches hand-edited plans)."""
+    by_kind: dict[Any, list[dict[str, Any]]] = {}
+    for d in config_differences(w.layout):
+        by_kind.setdefault(d["kind"], []).append(d)
+    out = []
+    for kind, diffs in by_kind.items():
+        rows = [d for d in diffs if "group" in d]
+        other = [d["message"] for d in diffs if "group" not in d]
+        groups = (kind,) if kind else ()
+        if rows:
+            shown = "; ".join(f"group {d['group']}: {d['plan']} should be {d['config']}"
+                              for d in rows[:MAX_SHOWN])
+            more = f" and {len(rows) - MAX_SHOWN} more" if len(rows) > MAX_SHOWN else ""
+            ranks = sorted({r for d in rows for r in d["ranks"]})
             out.append(Finding("matches-config", "error",
-                               f"{kind} ({lay.desc(kind)}): {rows.size} group(s) differ from "
-                               f"what the configuration builds: {pairs}",
-                               _ranks(diff_ranks), (kind,)))
+                               f"{kind} ({rows[0]['desc']}): group(s) differ from what the "
+                               f"configuration builds: {shown}{more}"
+                               + "".join(f" {m}" for m in other), _ranks(ranks), groups))
+        else:
+            out.extend(Finding("matches-config", "error", m.rstrip("."), (), groups)
+                       for m in other)
     return out
 
 
@@ -518,4 +580,4 @@ def has_errors(findings: Iterable[Finding]) -> bool:
     return any(f.severity == "error" for f in findings)
 
 
-__all__ = ["CHECKS", "check", "expected_sizes", "has_errors"]
+__all__ = ["CHECKS", "check", "config_differences", "expected_sizes", "has_errors"]
