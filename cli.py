@@ -81,8 +81,8 @@ def demo():
         out.echo()
         out.echo(out.heading("checks"))
         findings = simharness.check(layout)
-        layout_commands.echo_findings(findings, indent=2)
-        out.echo("  " + layout_commands.findings_verdict(findings, strict=False))
+        out.echo_findings(findings, indent=2)
+        out.echo("  " + out.findings_verdict(findings, strict=False))
 
 
 if __name__ == "__main__":

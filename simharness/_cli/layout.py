@@ -18,13 +18,12 @@ from ..config import DEFAULT_MCORE, GROUP_FIELDS, MCORE_PROFILES, ParallelismCon
 from ..errors import SimharnessError
 from ..layout import Layout, build_layout
 from . import output as out
+from .output import SEVERITY_ORDER, echo_findings, findings_exit_code, findings_verdict
 from .common import (
     config_fields_from_options, config_flags_given, config_from_options, config_options, fail,
     node_shape, output_options, read_plan,
 )
 
-SEVERITY_ORDER = ("error", "warning", "info")
-SEVERITY_MARK = {"error": "x", "warning": "!", "info": "i"}
 TOGGLES = tuple(f for f in GROUP_FIELDS
                 if isinstance(getattr(ParallelismConfig, f, None), bool))
 
@@ -164,60 +163,6 @@ def kinds_dict(layout: Layout, kinds: Sequence[str], *, show_all: bool) -> dict:
             item["groups"] = arr.tolist()
         result[kind] = item
     return result
-
-
-def _finding_ranks(f) -> str:
-    n = getattr(f, "n_ranks", None) or len(f.ranks)
-    if not f.ranks:
-        return ""
-    text = out.format_rank_set(f.ranks, limit=8)
-    if n > len(f.ranks):
-        text += f" (of {n})"
-    return text
-
-
-def findings_exit_code(findings, strict: bool) -> int:
-    sev = {f.severity for f in findings}
-    return 1 if "error" in sev or (strict and "warning" in sev) else 0
-
-
-def echo_findings(findings, *, strict: bool = False, indent: int = 0) -> None:
-    pad = " " * indent
-    if not findings:
-        out.echo(pad + out.style("no findings: the layout is clean", fg="green"))
-        return
-    for sev in SEVERITY_ORDER:
-        group = [f for f in findings if f.severity == sev]
-        if not group:
-            continue
-        label = {"error": "errors", "warning": "warnings", "info": "info"}[sev]
-        if strict and sev == "warning":
-            label += " (failures under --strict)"
-        out.echo(pad + out.style(f"{label} ({len(group)})", **out.SEVERITY_STYLE[sev]))
-        for f in group:
-            extra = []
-            ranks = _finding_ranks(f)
-            if ranks:
-                extra.append(f"ranks {ranks}")
-            if f.groups:
-                gs = list(f.groups)
-                extra.append("groups " + ", ".join(gs[:6]) + (" ..." if len(gs) > 6 else ""))
-            mark = out.style(SEVERITY_MARK[sev], **out.SEVERITY_STYLE[sev])
-            text = out.wrap(f"{f.code}: {f.message}", indent=len(pad) + 4)
-            text = text.replace(f.code, out.style(f.code, bold=True), 1)
-            out.echo(f"{pad}  {mark} {text.lstrip()}")
-            if extra:
-                out.echo(out.dim(out.wrap("; ".join(extra), indent=len(pad) + 4)))
-
-
-def findings_verdict(findings, strict: bool) -> str:
-    counts = {s: sum(1 for f in findings if f.severity == s) for s in SEVERITY_ORDER}
-    code = findings_exit_code(findings, strict)
-    text = (f"{out.plural(counts['error'], 'error')}, {out.plural(counts['warning'], 'warning')}"
-            f", {counts['info']} info: ")
-    if code:
-        return text + out.style("FAIL", fg="red", bold=True) + " (exit 1)"
-    return text + out.style("OK", fg="green", bold=True)
 
 
 def _findings_json(findings, strict: bool, **extra) -> dict:

@@ -331,3 +331,62 @@ class Sink:
                 sys.stdout.flush()
             except (BrokenPipeError, ValueError):
                 pass
+
+
+# ---------------------------------------------------------------- findings
+SEVERITY_ORDER = ("error", "warning", "info")
+SEVERITY_MARK = {"error": "x", "warning": "!", "info": "i"}
+
+
+def _finding_ranks(f) -> str:
+    n = getattr(f, "n_ranks", None) or len(f.ranks)
+    if not f.ranks:
+        return ""
+    text = format_rank_set(f.ranks, limit=8)
+    if n > len(f.ranks):
+        text += f" (of {n})"
+    return text
+
+
+def findings_exit_code(findings, strict: bool) -> int:
+    sev = {f.severity for f in findings}
+    return 1 if "error" in sev or (strict and "warning" in sev) else 0
+
+
+def echo_findings(findings, *, strict: bool = False, indent: int = 0) -> None:
+    pad = " " * indent
+    if not findings:
+        echo(pad + style("no findings: the layout is clean", fg="green"))
+        return
+    for sev in SEVERITY_ORDER:
+        group = [f for f in findings if f.severity == sev]
+        if not group:
+            continue
+        label = {"error": "errors", "warning": "warnings", "info": "info"}[sev]
+        if strict and sev == "warning":
+            label += " (failures under --strict)"
+        echo(pad + style(f"{label} ({len(group)})", **SEVERITY_STYLE[sev]))
+        for f in group:
+            extra = []
+            ranks = _finding_ranks(f)
+            if ranks:
+                extra.append(f"ranks {ranks}")
+            if f.groups:
+                gs = list(f.groups)
+                extra.append("groups " + ", ".join(gs[:6]) + (" ..." if len(gs) > 6 else ""))
+            mark = style(SEVERITY_MARK[sev], **SEVERITY_STYLE[sev])
+            text = wrap(f"{f.code}: {f.message}", indent=len(pad) + 4)
+            text = text.replace(f.code, style(f.code, bold=True), 1)
+            echo(f"{pad}  {mark} {text.lstrip()}")
+            if extra:
+                echo(dim(wrap("; ".join(extra), indent=len(pad) + 4)))
+
+
+def findings_verdict(findings, strict: bool) -> str:
+    counts = {s: sum(1 for f in findings if f.severity == s) for s in SEVERITY_ORDER}
+    code = findings_exit_code(findings, strict)
+    text = (f"{plural(counts['error'], 'error')}, {plural(counts['warning'], 'warning')}"
+            f", {counts['info']} info: ")
+    if code:
+        return text + style("FAIL", fg="red", bold=True) + " (exit 1)"
+    return text + style("OK", fg="green", bold=True)

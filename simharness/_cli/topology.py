@@ -13,7 +13,7 @@ from typing import Any
 
 import click
 
-from .layout import echo_findings, findings_exit_code, findings_verdict
+from .output import echo_findings, findings_exit_code, findings_verdict
 from .output import echo, render_table, to_json
 from ..topology import TopologyError, list_topologies, load_cluster, load_spec
 from ..topology.cluster import Cluster
