@@ -45,7 +45,7 @@ def verify_live(layout: Layout, *, all_gather_groups: tuple[Any, Any] | None = N
     import torch
     import torch.distributed as dist
 
-    from .megatron_engine import installed_version, profile_for_version
+    from .megatron_engine import import_parallel_state, installed_version, profile_for_version
     from .report import build_live_report, live_summary_lines
     from .verify import (
         all_gather_checks, all_gather_ranks, compare_getters, getter_for, is_group,
@@ -57,11 +57,7 @@ def verify_live(layout: Layout, *, all_gather_groups: tuple[Any, Any] | None = N
                               "torch.distributed.init_process_group() and Megatron's "
                               "initialize_model_parallel(), on every rank.")
     try:
-        import warnings
-
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            from megatron.core import parallel_state as ps
+        ps = import_parallel_state()
     except Exception as exc:  # noqa: BLE001
         raise SimharnessError(f"verify_live needs megatron-core: {type(exc).__name__}: "
                               f"{exc}") from None

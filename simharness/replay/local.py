@@ -25,7 +25,6 @@ import signal
 import sys
 import time
 import traceback
-import warnings
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
@@ -125,10 +124,10 @@ def runtime_preflight(layout: Layout, opts: ReplayOptions) -> None:
             if importlib.util.find_spec("megatron.core") is None:
                 raise SimharnessError("--engine megatron: megatron-core is not importable.")
             return
+        from .megatron_engine import import_parallel_state
+
         try:
-            with warnings.catch_warnings():
-                warnings.simplefilter("ignore")
-                from megatron.core import parallel_state  # noqa: F401
+            import_parallel_state()
         except Exception as exc:  # noqa: BLE001
             raise SimharnessError(f"--engine megatron: importing megatron.core.parallel_state "
                                   f"failed: {type(exc).__name__}: {exc}") from None

@@ -30,6 +30,18 @@ from ..profiles import megatron_kwargs, profile_for_release
 DIST = "megatron-core"
 
 
+def import_parallel_state():
+    """``megatron.core.parallel_state``, imported with its import-time warnings silenced
+    ("Transformer Engine and Apex are not installed"); import errors propagate."""
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        from megatron.core import parallel_state
+
+    return parallel_state
+
+
 def installed_version() -> str | None:
     """The installed megatron-core version (without importing it), or None."""
     try:
@@ -138,13 +150,9 @@ def run_megatron(layout: Layout, rank: int, backend: str, timeout_s: float,
     Returns ``(parallel_state, log, info)``; ``info["ag_groups"]`` holds the
     0.18+ ``(dp_cp_ag, expt_dp_ag)`` objects.
     """
-    import warnings
-
     import torch.distributed as dist
 
-    with warnings.catch_warnings():  # "Transformer Engine and Apex are not installed"
-        warnings.simplefilter("ignore")
-        from megatron.core import parallel_state as ps
+    ps = import_parallel_state()
 
     log: list[LoggedGroup] = []
     original = dist.new_group
