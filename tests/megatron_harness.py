@@ -588,3 +588,31 @@ def simharness_view(layout, rank: int) -> dict[str, Any]:
         "member_groups": view.communicators,
     })
     return out
+
+
+def assert_runs_match(runs: dict, expected: list, layout, ag: bool) -> None:
+    """Every recorded rank of a Megatron run agrees with ``layout``: the number and
+    (where recorded) the exact sequence of new_group calls, the getters, and the
+    groups ``create_all_gather_groups()`` returned (``run.extra``) when ``ag``."""
+    import pytest
+
+    for r, run in runs.items():
+        assert run.n_calls == len(expected), f"rank {r}"
+        if run.calls is not None and run.calls != expected:
+            first = next((i for i, (a, b) in enumerate(zip(run.calls, expected)) if a != b),
+                         min(len(run.calls), len(expected)))
+            pytest.fail(f"rank {r}: new_group call {first} differs: megatron "
+                        f"{run.calls[first:first + 1]} vs simharness {expected[first:first + 1]}")
+        if r not in layout.ranks:  # outside [offset, offset + local_world_size): no groups
+            assert run.getters["member_groups"] == 0 and run.getters["tp"] == RAISES
+            continue
+        assert layout.rank(r).new_group_calls == len(expected)
+        ours = simharness_view(layout, r)
+        diffs = {k: (v, ours.get(k, "<missing>")) for k, v in run.getters.items()
+                 if v != ours.get(k, "<missing>")}
+        assert not diffs, f"rank {r}: getters differ (megatron, simharness): {diffs}"
+        if ag:
+            view = layout.rank(r).groups
+            want = tuple(None if k not in view else sorted(int(x) for x in view[k].ranks)
+                         for k in ("dp_cp_ag", "ep_dp_ag"))
+            assert run.extra == want, f"rank {r}: create_all_gather_groups()"

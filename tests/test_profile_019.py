@@ -318,24 +318,7 @@ def test_parity_019(ps019, torch_world, ag, kwargs):
         record = [inside[0], inside[-1]]
     runs = H.run_world(ps019, torch_world, kwargs, ranks=getter_ranks, record_ranks=record,
                        mcore="0.19", after_init=_after_init(ag, cfg.ep))
-    for r, run in runs.items():
-        assert run.n_calls == len(expected), f"rank {r}"
-        if run.calls is not None and run.calls != expected:
-            first = next(i for i, (a, b) in enumerate(zip(run.calls, expected)) if a != b)
-            pytest.fail(f"rank {r}: new_group call {first} differs: megatron "
-                        f"{run.calls[first]} vs simharness {expected[first]}")
-        if r not in layout.ranks:  # outside [offset, offset + local_world_size): no groups
-            assert run.getters["member_groups"] == 0 and run.getters["tp"] == H.RAISES
-            continue
-        ours = H.simharness_view(layout, r)
-        diffs = {k: (v, ours.get(k, "<missing>")) for k, v in run.getters.items()
-                 if v != ours.get(k, "<missing>")}
-        assert not diffs, f"rank {r}: getters differ (megatron, simharness): {diffs}"
-        if ag:
-            view = layout.rank(r).groups
-            want = tuple(None if k not in view else sorted(int(x) for x in view[k].ranks)
-                         for k in ("dp_cp_ag", "ep_dp_ag"))
-            assert run.extra == want, f"rank {r}: create_all_gather_groups()"
+    H.assert_runs_match(runs, expected, layout, ag)
 
 
 INVALID_019 = [
