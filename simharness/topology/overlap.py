@@ -401,8 +401,9 @@ def simulate(layout, placement: Placement, *, model_bytes: float, layers: int,
                         r_rs.n_rings + r_ag.n_rings)
     conc_rs, conc_ag = r_rs.concurrent_gb_per_s(), r_ag.concurrent_gb_per_s()
     # the link share each ring keeps while the other kind moves data too
-    keep_rs = np.where(np.isfinite(conc_rs), both[:r_rs.n_rings] / conc_rs, 1.0)
-    keep_ag = np.where(np.isfinite(conc_ag), both[r_rs.n_rings:] / conc_ag, 1.0)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        keep_rs = np.where(np.isfinite(conc_rs), both[:r_rs.n_rings] / conc_rs, 1.0)
+        keep_ag = np.where(np.isfinite(conc_ag), both[r_rs.n_rings:] / conc_ag, 1.0)
 
     a_rs, bw_rs, p_rs = _priced(cluster, r_rs, "reduce_scatter", rs_bytes, conc_rs, collnet)
     a_ag, bw_ag, p_ag = _priced(cluster, r_ag, "all_gather", ag_bytes, conc_ag, collnet)
