@@ -384,11 +384,12 @@ class Cluster:
             "nvlink_gb_per_s": su.bandwidth_gb_per_s, "nvlink_efficiency": su.efficiency,
             "nics": self.n_nics, "rails": self.n_rails, "leaves": self.n_leaves,
             "spine": self.has_spine, "directed_links": self.n_links,
+            "arch": spec.node.arch, "nvls": su.nvls,
         }
         if so is not None:
             out.update(nics_per_node=so.nics_per_node, nic_gbit_per_s=so.speed_gbit_per_s,
                        nic_efficiency=so.efficiency, wiring=so.wiring,
-                       nodes_per_leaf=self.nodes_per_leaf)
+                       nodes_per_leaf=self.nodes_per_leaf, sharp=so.sharp, pxn=self.pxn)
         return out
 
 
