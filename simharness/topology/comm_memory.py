@@ -18,7 +18,7 @@ The channel counts and the fixed overhead are inputs (NCCL's topology search
 decides the channels on the machine; the defaults are ours and shown with
 every result). A check, not a fit: with 16 ring and 16 tree channels and all
 three protocols connected at init (NCCL < 2.22, A100, LL128 on), the function
-gives 604 MB, inside the 544-688 MB per communicator reported on A100 in
+gives 627 MB, inside the 544-688 MB per communicator reported on A100 in
 NVIDIA/nccl#964.
 
 >>> m = comm_memory(CommMemoryInputs(algos=("ring",)))
