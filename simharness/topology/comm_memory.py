@@ -23,7 +23,7 @@ NVIDIA/nccl#964.
 
 >>> m = comm_memory(CommMemoryInputs(algos=("ring",)))
 >>> round(m.total_mb), m.lines()[0]
-(162, 'ring: 16 channels x 1 peer(s) x 9.19 MiB (simple 4 MiB + ll 0.5 MiB + ll128 4.69 MiB)')
+(164, 'ring: 16 channels x 1 peer(s) x 9.19 MiB (simple 4 MiB + ll 0.5 MiB + ll128 4.69 MiB)')
 """
 
 from __future__ import annotations
