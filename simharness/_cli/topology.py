@@ -1,4 +1,4 @@
-"""``simharness topology list|show``, ``simharness place``, ``simharness simulate``.
+"""``simharness topology list|show|cost``, ``simharness place``, ``simharness simulate``.
 
 The commands parse flags, call :mod:`simharness.topology` and format the
 result; the work is in :func:`place_report` and :func:`simulate_report`, which
@@ -259,6 +259,49 @@ def register(main: click.Group) -> None:
         if out:
             lines.append(f"wrote {summary['picture']}")
         echo("\n".join(lines))
+
+    @topology_group.command("cost")
+    @click.argument("name")
+    @click.option("--nodes", type=click.IntRange(min=1), default=None,
+                  help="Nodes of the cluster and of the group (default: the file's default_nodes).")
+    @click.option("--ranks-per-node", type=click.IntRange(min=1), default=None,
+                  help="GPUs of each node in the group, first GPUs first (default: all).")
+    @click.option("--collective", default="all_reduce", show_default=True,
+                  help="all_reduce, all_gather or reduce_scatter.")
+    @click.option("--size", "sizes", type=ByteSize(), multiple=True,
+                  help="Message size (nccl-tests convention), repeatable; default 1KB..8GB.")
+    @click.option("--algo", default=None, help="Force an algorithm (like NCCL_ALGO).")
+    @click.option("--proto", default=None, help="Force a protocol (like NCCL_PROTO).")
+    @click.option("--collnet", is_flag=True, default=False,
+                  help="Let NCCL use CollNet (SHARP) where the switches have it.")
+    @output_options(formats=("table", "json"), show_all=False)
+    def topology_cost(name, nodes, ranks_per_node, collective, sizes, algo, proto, collnet, fmt,
+                      quiet):
+        """NCCL's pick and cost of one collective over a group of NAME, size by size."""
+        from ..topology.cost import predict
+
+        cluster = load_cluster(name, nodes)
+        gpn = cluster.gpus_per_node
+        rpn = gpn if ranks_per_node is None else ranks_per_node
+        if rpn > gpn:
+            raise TopologyError(f"--ranks-per-node {rpn} exceeds the {gpn} GPUs of a node of "
+                                f"{cluster.spec.name!r}")
+        devices = [n * gpn + i for n in range(cluster.nodes) for i in range(rpn)]
+        sizes = sizes or tuple(float(1 << k) for k in range(10, 34, 3))
+        rows = [predict(cluster, devices, collective, s, algo=algo, proto=proto, collnet=collnet)
+                for s in sizes]
+        if fmt == "json":
+            echo(to_json([{"size": e.size_bytes, "pick": e.pick, "latency_us": e.latency_us,
+                           "algbw_gb_per_s": e.algbw_gb_per_s, "time_us": e.time_us,
+                           "busbw_gb_per_s": e.busbw_gb_per_s} for e in rows]))
+            return
+        if not quiet:
+            echo(f"topology {cluster_line(cluster)}")
+            echo(f"{rows[0].collective} over {len(devices)} GPUs ({rpn} per node)")
+        echo(_table(["size_B", "nccl_pick", "latency_us", "algbw_GB/s", "time_us", "busbw_GB/s"],
+                    [[f"{e.size_bytes:.0f}", e.pick, f"{e.latency_us:.1f}",
+                      f"{e.algbw_gb_per_s:.1f}", f"{e.time_us:.1f}",
+                      _gbps(e.busbw_gb_per_s)] for e in rows], align="rlrrrr"))
 
     placement_opts = [
         click.option("--topology", "topology", required=True, metavar="NAME|FILE",
