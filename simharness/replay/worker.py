@@ -348,7 +348,7 @@ def run_rank(layout: Layout, opts: ReplayOptions, *, rank: int, world_size: int,
         def group_of(kind):
             if kind in extra:
                 return extra[kind]
-            get = getter_for(kind, ps)
+            get = getter_for(kind, ps, layout.mcore)
             if get is not None:
                 pg, _ = get()
                 return pg if is_group(pg) else None
