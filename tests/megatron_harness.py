@@ -50,6 +50,46 @@ KNOWN_BACKENDS = ("nccl", "gloo", "ucc", "fake")
 Call = tuple[str, tuple[int, ...], str]  # (group_desc, ranks as passed, backend)
 
 
+# ------------------------------------------------------- parity unavailable
+REQUIRE_PARITY_ENV = "SIMHARNESS_REQUIRE_PARITY"  # "1": a parity tier that cannot run fails
+CACHE_ENV = "SIMHARNESS_MCORE_CACHE"  # where the wheels' parallel_state.py go (default .cache)
+
+
+def parity_unavailable(reason: str, *, module: bool = False):
+    """Skip a parity test (or, with ``module``, its whole module) whose megatron-core
+    cannot be had, with the reason; with ``SIMHARNESS_REQUIRE_PARITY=1`` (set by CI)
+    fail instead, so that a parity tier never vanishes silently."""
+    import pytest
+
+    if os.environ.get(REQUIRE_PARITY_ENV) == "1":
+        pytest.fail(f"{reason} ({REQUIRE_PARITY_ENV}=1: the parity tests must run)",
+                    pytrace=False)
+    pytest.skip(reason, allow_module_level=module)
+
+
+def require_installed_megatron(*, module: bool = False) -> None:
+    """The installed megatron-core (0.16.1, a test dependency) or :func:`parity_unavailable`."""
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            import megatron.core  # noqa: F401
+    except ImportError as exc:
+        parity_unavailable(f"megatron-core 0.16.1 is a test dependency (pip install -e "
+                           f"'.[test]'): {exc}", module=module)
+
+
+def parity_module(root: str | os.PathLike, version: str):
+    """megatron-core ``version``'s ``parallel_state`` (installed for 0.16.1, else from the
+    pinned wheel), or :func:`parity_unavailable` with the reason."""
+    if version == "0.16.1":
+        require_installed_megatron()
+        return load_parallel_state_016()
+    try:
+        return load_version(root, version)
+    except RuntimeError as exc:
+        parity_unavailable(f"megatron-core {version} not available: {exc}")
+
+
 # ---------------------------------------------------------------- loading
 def load_parallel_state_016():
     """The installed megatron-core's ``parallel_state`` (0.16.1 in the test venv)."""
@@ -378,7 +418,7 @@ def version_tag(version: str) -> str:
 def fetch_parallel_state(root: str | os.PathLike, version: str, *,
                          timeout: float = 180.0) -> Path:
     """Path of megatron-core ``version``'s ``parallel_state.py`` under
-    ``root/.cache/mcore{tag}``, downloading the wheel with pip when it is missing
+    ``root/.cache/mcore{tag}`` (``$SIMHARNESS_MCORE_CACHE/mcore{tag}`` when set), downloading the wheel with pip when it is missing
     (``tests/fetch_mcore019.sh VERSION`` does the same by hand).
 
     ``version`` must be a key of :data:`MCORE_WHEELS` (its sha256 is pinned).
@@ -390,7 +430,7 @@ def fetch_parallel_state(root: str | os.PathLike, version: str, *,
     import zipfile
 
     sha256 = MCORE_WHEELS[version]
-    cache = Path(root) / ".cache"
+    cache = Path(os.environ.get(CACHE_ENV) or Path(root) / ".cache")
     dest = cache / f"mcore{version_tag(version)}"
     target = dest / "megatron" / "core" / "parallel_state.py"
 
@@ -543,3 +583,20 @@ def assert_runs_match(runs: dict, expected: list, layout, ag: bool) -> None:
             want = tuple(None if k not in view else sorted(int(x) for x in view[k].ranks)
                          for k in ("dp_cp_ag", "ep_dp_ag"))
             assert run.extra == want, f"rank {r}: create_all_gather_groups()"
+
+
+def fetch_all(root: str | os.PathLike) -> int:
+    """Fetch every pinned version (:data:`MCORE_WHEELS`); 1 with the reasons when one fails.
+    ``python tests/megatron_harness.py`` (CI runs it before the tests)."""
+    failed = 0
+    for version in MCORE_WHEELS:
+        try:
+            print(f"megatron-core {version}: {fetch_parallel_state(root, version)}")
+        except RuntimeError as exc:
+            print(f"error: megatron-core {version}: {exc}", file=sys.stderr)
+            failed = 1
+    return failed
+
+
+if __name__ == "__main__":
+    sys.exit(fetch_all(Path(__file__).resolve().parent.parent))

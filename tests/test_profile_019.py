@@ -9,7 +9,8 @@ Two halves:
   fetched with pip into ``.cache/mcore019`` (``tests/fetch_mcore019.sh`` does
   the same by hand), the one file is loaded under Python 3.11 with stubs for its
   non-torch imports, and run rank by rank under the fake backend exactly like
-  the 0.16.1 parity. Those tests skip, with the reason, when the download fails.
+  the 0.16.1 parity. Those tests skip, with the reason, when the download fails (fail
+  under SIMHARNESS_REQUIRE_PARITY=1, as in CI).
 """
 
 from __future__ import annotations
@@ -247,11 +248,7 @@ def test_019_rejections(kw, error):
 # ---------------------------------------------------- parity with 0.19.2
 @pytest.fixture(scope="module")
 def ps019():
-    try:
-        path = H.fetch_parallel_state_019(ROOT)
-    except RuntimeError as exc:
-        pytest.skip(f"megatron-core 0.19.2 not available: {exc}")
-    return H.load_parallel_state_019(path)
+    return H.parity_module(ROOT, H.MCORE019_VERSION)
 
 
 def c19(torch_world, ag=False, **kw):
