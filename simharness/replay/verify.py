@@ -154,15 +154,13 @@ def all_gather_checks(layout: Layout, rank: int, group_of: Callable[[str], Any],
         pg, err = call_getter(megatron, AG_GETTER_016)
         if on:
             _check(checks, mism, rank, "megatron_ag_getter", pg is group_of("dp_cp_ag"),
-                   f"get_data_parallel_group(with_context_parallel=True, "
-                   f"independent_all_gather=True) does not return the AG group ({err}).",
+                   f"{AG_GETTER_016.label} does not return the AG group ({err}).",
                    kind="dp_cp_ag")
         else:
             _check(checks, mism, rank, "megatron_ag_getter_raises",
                    err is not None and err.startswith("AssertionError"),
-                   "option off: get_data_parallel_group(with_context_parallel=True, "
-                   "independent_all_gather=True) should raise AssertionError as in Megatron, got "
-                   f"{'a group' if pg is not None else err}.")
+                   f"option off: {AG_GETTER_016.label} should raise AssertionError as in "
+                   f"Megatron, got {'a group' if pg is not None else err}.")
     out["checks"] = checks
     out["mismatches"] = mism
     out["ok"] = not mism
