@@ -48,9 +48,18 @@ def test_no_gain_when_the_collectives_are_never_concurrent():
        a_ag=st.floats(0, 2e-3), v_rs=st.sampled_from([0.0, 1e5, 3e6]),
        v_ag=st.sampled_from([0.0, 1e5, 3e6]))
 def test_gain_is_zero_exactly_when_nothing_overlaps(layers, compute, a_rs, a_ag, v_rs, v_ag):
+    """Both directions: nothing in flight together -> no gain and no loss; a gain -> the
+    collectives overlapped outside bandwidth sharing (here sharing halves each rate, so only
+    overlapped latency can gain; overlap alone need not: compute may hide it); a loss ->
+    they shared bandwidth."""
     r = simulate_ops(layers, compute, op(a_rs, v_rs), op(a_ag, v_ag))
+    assert r.one.overlap_s == 0.0 and r.separate.shared_s <= r.separate.overlap_s
     if r.separate.overlap_s == 0.0:
         assert r.gain_s == pytest.approx(0.0, abs=1e-15)
+    if r.gain_s > 1e-12:
+        assert r.separate.overlap_s > r.separate.shared_s
+    if r.gain_s < -1e-12:
+        assert r.separate.shared_s > 0.0
 
 
 def test_gain_when_they_are_concurrent():
