@@ -32,8 +32,9 @@ import difflib
 import json
 import os
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, Mapping
+from typing import Any
 
 from .config import ALIASES, ParallelismConfig
 from .errors import SimharnessError

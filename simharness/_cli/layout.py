@@ -8,7 +8,8 @@ are functions here so ``demo`` can reuse them.
 from __future__ import annotations
 
 import sys
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 import click
 import numpy as np
@@ -18,11 +19,17 @@ from ..config import DEFAULT_MCORE, GROUP_FIELDS, MCORE_PROFILES, ParallelismCon
 from ..errors import SimharnessError
 from ..layout import Layout, build_layout
 from . import output as out
-from .output import SEVERITY_ORDER, echo_findings, findings_exit_code, findings_verdict
 from .common import (
-    config_fields_from_options, config_flags_given, config_from_options, config_options, fail,
-    node_shape, output_options, read_plan,
+    config_fields_from_options,
+    config_flags_given,
+    config_from_options,
+    config_options,
+    fail,
+    node_shape,
+    output_options,
+    read_plan,
 )
+from .output import SEVERITY_ORDER, echo_findings, findings_exit_code, findings_verdict
 
 TOGGLES = tuple(f for f in GROUP_FIELDS
                 if isinstance(getattr(ParallelismConfig, f, None), bool))
@@ -348,7 +355,7 @@ def _inspect_grid(layout: Layout, kind: str, gpn: int, fmt: str, quiet: bool,
         out.echo_csv(["node", "gpu", "rank", "group", "crosses_nodes"],
                      zip((ranks // gpn).tolist(), (ranks % gpn).tolist(),
                          (ranks + layout.rank_offset).tolist(), idx.group.tolist(),
-                         crosses_rank.astype(int).tolist()))
+                         crosses_rank.astype(int).tolist(), strict=True))
         return
     palette = ("red", "green", "yellow", "blue", "magenta", "cyan")
     rw = len(str(layout.ranks.stop - 1))

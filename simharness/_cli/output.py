@@ -17,13 +17,15 @@ dp_cp       4
 
 from __future__ import annotations
 
+import contextlib
 import csv
 import io
 import json
 import os
 import shutil
 import sys
-from typing import Any, Iterable, Sequence
+from collections.abc import Iterable, Sequence
+from typing import Any
 
 import click
 import numpy as np
@@ -120,7 +122,7 @@ def format_rank_set(ranks: Sequence[int] | np.ndarray, limit: int = 12) -> str:
     starts = np.concatenate(([0], breaks))
     ends = np.concatenate((breaks, [arr.size])) - 1
     parts = []
-    for s, e in zip(starts.tolist(), ends.tolist()):
+    for s, e in zip(starts.tolist(), ends.tolist(), strict=True):
         a, b = int(arr[s]), int(arr[e])
         parts.append(str(a) if a == b else f"{a}-{b}")
     if len(parts) > limit:
@@ -301,7 +303,7 @@ class Sink:
         self._fh = None
         self._tmp = None
 
-    def __enter__(self) -> "Sink":
+    def __enter__(self) -> Sink:
         if self.path and self.path != "-":
             directory = os.path.dirname(os.path.abspath(self.path))
             if not os.path.isdir(directory):
@@ -322,15 +324,11 @@ class Sink:
             if exc_type is None:
                 os.replace(self._tmp, self.path)
             else:
-                try:
+                with contextlib.suppress(OSError):
                     os.unlink(self._tmp)
-                except OSError:
-                    pass
         else:
-            try:
+            with contextlib.suppress(BrokenPipeError, ValueError):
                 sys.stdout.flush()
-            except (BrokenPipeError, ValueError):
-                pass
 
 
 # ---------------------------------------------------------------- findings

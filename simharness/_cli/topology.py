@@ -13,14 +13,13 @@ from typing import Any
 
 import click
 
-from .output import echo_findings, findings_exit_code, findings_verdict
-from .output import echo, render_table, to_json
 from ..topology import TopologyError, list_topologies, load_cluster, load_spec
 from ..topology.cluster import Cluster
 from ..topology.draw import write_picture
 from ..topology.locality import analyse
 from ..topology.overlap import DEFAULT_COMPUTE_MS, simulate
 from ..topology.placement import place_layout, read_hosts
+from .output import echo, echo_findings, findings_exit_code, findings_verdict, render_table, to_json
 
 _UNITS = {"": 1, "k": 1e3, "m": 1e6, "g": 1e9, "t": 1e12,
           "ki": 2 ** 10, "mi": 2 ** 20, "gi": 2 ** 30, "ti": 2 ** 40}

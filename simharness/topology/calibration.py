@@ -15,11 +15,16 @@ point (busbw within ``BW_TOLERANCE``, time within ``TIME_FACTOR``), and
 from __future__ import annotations
 
 import math
-import tomllib
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # Python 3.10: the tomli backport, a dependency there
+    import tomli as tomllib
 
 from .cost import predict
 from .errors import TopologyError

@@ -170,7 +170,7 @@ class _Table:
             raise self._fail(key, expected, value)
         return value
 
-    def table(self, key: str, optional: bool = False) -> "_Table | None":
+    def table(self, key: str, optional: bool = False) -> _Table | None:
         value = self.get(key, None if optional else _MISSING)
         if value is None:
             return None
