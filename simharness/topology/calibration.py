@@ -64,7 +64,9 @@ class CalPoint:
 
     @property
     def measured(self) -> float:
-        return self.busbw if self.busbw is not None else self.time_us
+        value = self.busbw if self.busbw is not None else self.time_us
+        assert value is not None, "_point requires exactly one of busbw, time_us"
+        return value
 
     def devices(self, gpus_per_node: int) -> np.ndarray:
         """Device indices: the first ``ranks_per_node`` GPUs of each node used."""
