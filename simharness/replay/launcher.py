@@ -19,6 +19,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -77,30 +78,41 @@ def _exited(pid: int) -> bool:
     return info is not None
 
 
-def replay(layout: Layout, options: ReplayOptions | None = None, *,
-           report_path: str | os.PathLike | None = None, deadline: float | None = None,
-           **kwargs) -> dict[str, Any]:
-    """Replay ``layout`` on ``world_size`` local processes; returns the report dict.
+@dataclass(frozen=True)
+class LocalRun:
+    """What one local launch left behind.
 
-    ``options`` or keyword arguments of :class:`ReplayOptions` (``backend``,
-    ``engine``, ``timeout``, ``overlap_bytes``, ``iters``, ``force``).
-    ``report["exit_code"]``: 0 everything matched, 1 mismatches, 3 the replay
-    failed (a rank died, a collective timed out; ``report["failure"]`` says
-    which). ``deadline``: seconds after which the whole replay is killed (a
-    backstop; the ranks' own ``timeout`` normally fires first). Ctrl-C stops
-    every rank and re-raises ``KeyboardInterrupt``.
+    ``gathered``: rank 0's list of every rank's result (None on failure);
+    ``failure``: the helper's diagnosis (which rank, which call) or None;
+    ``outcome``: the helper's ``outcome.json`` (None when it wrote none).
     """
-    if options is not None and kwargs:
-        raise TypeError(f"replay() takes either options= or keyword options, not both "
-                        f"({', '.join(sorted(kwargs))})")
-    opts = (options or ReplayOptions(**kwargs)).validate()
-    preflight(layout, opts)
-    plan = plan_section(layout)
+
+    t0: float
+    helper_pid: int
+    outcome: dict[str, Any] | None
+    gathered: list[Any] | None
+    failure: dict[str, Any] | None
+
+    @property
+    def processes(self) -> dict[str, Any]:
+        pids = (self.outcome or {}).get("pids") or {}
+        return {"helper": self.helper_pid, "ranks": {int(r): p for r, p in pids.items()}}
+
+
+def run_local(layout: Layout, opts: ReplayOptions, *, deadline: float | None = None,
+              entry: str | None = None, extra: dict[str, Any] | None = None) -> LocalRun:
+    """Fork ``world_size`` local ranks through the helper and wait for them.
+
+    ``entry`` (``"module:function"``, default the replay's ``run_rank``) is what
+    each rank runs, with ``extra`` (JSON) passed through the spec. Raises
+    :class:`ReplayError` when the helper's pre-check refused the request and
+    ``KeyboardInterrupt`` after stopping every rank on Ctrl-C.
+    """
     t0 = time.time()
     with tempfile.TemporaryDirectory(prefix="simharness-replay-") as tmp:
         workdir = Path(tmp)
         spec = {"layout": layout.to_dict(), "options": opts.to_dict(), "workdir": str(workdir),
-                "launch_t0": t0}
+                "launch_t0": t0, "entry": entry, "extra": extra}
         (workdir / "spec.json").write_text(json.dumps(spec))
         log_path = workdir / "helper.log"
         env = dict(os.environ)
@@ -142,30 +154,49 @@ def replay(layout: Layout, options: ReplayOptions | None = None, *,
                         f"result")
             failure = {"kind": "launcher", "rank": None, "message": why + ".",
                        "log_tail": _tail(log_path)}
-            report = build_report(layout, opts, None, failure=failure, launch_t0=t0,
-                                  t_end=time.time(), plan=plan)
-            report["processes"] = {"helper": proc.pid, "ranks": {}}
-        else:
-            outcome = json.loads(outcome_path.read_text())
-            failure = outcome.get("failure")
-            gathered = None
-            results = workdir / "results.json"
-            if failure is None and results.exists():
-                gathered = json.loads(results.read_text())
-            elif failure is None:
-                failure = {"kind": "unknown", "rank": 0,
-                           "message": "every rank exited 0 but rank 0 wrote no results."}
-            if failure is not None:
-                failure["log_tail"] = _tail(log_path)
-            report = build_report(layout, opts, gathered, failure=failure, launch_t0=t0,
-                                  t_end=time.time(), plan=plan,
-                                  interrupted=bool(failure and failure["kind"] ==
-                                                   "interrupted"))
-            report["timings"] = dict(report.get("timings") or {})
-            report["timings"]["helper_start_s"] = round(outcome["t_fork"] - t0, 4)
-            report["timings"]["total_s"] = round(time.time() - t0, 4)
-            report["processes"] = {"helper": proc.pid,
-                                   "ranks": {int(r): p for r, p in outcome["pids"].items()}}
+            return LocalRun(t0, proc.pid, None, None, failure)
+        outcome = json.loads(outcome_path.read_text())
+        failure = outcome.get("failure")
+        gathered = None
+        results = workdir / "results.json"
+        if failure is None and results.exists():
+            gathered = json.loads(results.read_text())
+        elif failure is None:
+            failure = {"kind": "unknown", "rank": 0,
+                       "message": "every rank exited 0 but rank 0 wrote no results."}
+        if failure is not None:
+            failure["log_tail"] = _tail(log_path)
+        return LocalRun(t0, proc.pid, outcome, gathered, failure)
+
+
+def replay(layout: Layout, options: ReplayOptions | None = None, *,
+           report_path: str | os.PathLike | None = None, deadline: float | None = None,
+           **kwargs) -> dict[str, Any]:
+    """Replay ``layout`` on ``world_size`` local processes; returns the report dict.
+
+    ``options`` or keyword arguments of :class:`ReplayOptions` (``backend``,
+    ``engine``, ``timeout``, ``overlap_bytes``, ``iters``, ``force``).
+    ``report["exit_code"]``: 0 everything matched, 1 mismatches, 3 the replay
+    failed (a rank died, a collective timed out; ``report["failure"]`` says
+    which). ``deadline``: seconds after which the whole replay is killed (a
+    backstop; the ranks' own ``timeout`` normally fires first). Ctrl-C stops
+    every rank and re-raises ``KeyboardInterrupt``.
+    """
+    if options is not None and kwargs:
+        raise TypeError(f"replay() takes either options= or keyword options, not both "
+                        f"({', '.join(sorted(kwargs))})")
+    opts = (options or ReplayOptions(**kwargs)).validate()
+    preflight(layout, opts)
+    plan = plan_section(layout)
+    run = run_local(layout, opts, deadline=deadline)
+    report = build_report(layout, opts, run.gathered, failure=run.failure, launch_t0=run.t0,
+                          t_end=time.time(), plan=plan,
+                          interrupted=bool(run.failure and run.failure["kind"] == "interrupted"))
+    if run.outcome is not None:
+        report["timings"] = dict(report.get("timings") or {})
+        report["timings"]["helper_start_s"] = round(run.outcome["t_fork"] - run.t0, 4)
+        report["timings"]["total_s"] = round(time.time() - run.t0, 4)
+    report["processes"] = run.processes
     if report_path:
         write_report(report, report_path)
     return report
@@ -214,4 +245,4 @@ def _divisors(n: int) -> str:
     return ", ".join(map(str, ds[:8]))
 
 
-__all__ = ["EXIT_FAILED", "preflight", "replay", "torchrun_command", "write_report"]
+__all__ = ["EXIT_FAILED", "LocalRun", "preflight", "replay", "run_local", "torchrun_command", "write_report"]

@@ -133,7 +133,19 @@ def runtime_preflight(layout: Layout, opts: ReplayOptions) -> None:
                                   f"failed: {type(exc).__name__}: {exc}") from None
 
 
-def _child(rank: int, rd: int, layout: Layout, opts: ReplayOptions, workdir: Path) -> None:
+DEFAULT_ENTRY = "simharness.replay.worker:run_rank"
+
+
+def resolve_entry(name: str | None):
+    """The rank function ``"module:function"`` (default: the replay's ``run_rank``)."""
+    import importlib
+
+    module, _, func = (name or DEFAULT_ENTRY).partition(":")
+    return getattr(importlib.import_module(module), func)
+
+
+def _child(rank: int, rd: int, layout: Layout, opts: ReplayOptions, workdir: Path,
+           entry: str | None = None, extra: Any = None) -> None:
     """One rank (runs in the forked process; never returns)."""
     code = 1
     try:
@@ -143,8 +155,7 @@ def _child(rank: int, rd: int, layout: Layout, opts: ReplayOptions, workdir: Pat
         import torch
         import torch.distributed as dist
 
-        from .worker import run_rank
-
+        run_rank = resolve_entry(entry)
         torch.set_num_threads(1)
         with os.fdopen(rd, "r") as fh:
             line = fh.readline().strip()
@@ -161,7 +172,7 @@ def _child(rank: int, rd: int, layout: Layout, opts: ReplayOptions, workdir: Pat
                                     world_size=layout.world_size, timeout=timeout)
 
         gathered = run_rank(layout, opts, rank=rank, world_size=layout.world_size, init=init,
-                            store=store)
+                            store=store, **({} if extra is None else {"extra": extra}))
         if rank == 0:
             write_json(workdir / "results.json", gathered)
         # Leave together: nobody closes its sockets while a peer still reads from them.
@@ -385,6 +396,7 @@ def main(argv: list[str] | None = None) -> int:
 
     from . import worker  # noqa: F401 - imported once here, inherited by every rank
 
+    resolve_entry(spec.get("entry"))  # the same for a custom entry
     W = layout.world_size
     t_fork = time.time()
     pids: dict[int, int] = {}
@@ -397,7 +409,7 @@ def main(argv: list[str] | None = None) -> int:
                 os.close(wr)
                 for w in writers:
                     os.close(w)
-                _child(r, rd, layout, opts, workdir)
+                _child(r, rd, layout, opts, workdir, spec.get("entry"), spec.get("extra"))
             os.close(rd)
             writers.append(wr)
             pids[pid] = r

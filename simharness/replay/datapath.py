@@ -1,0 +1,679 @@
+"""Data-path replay: the optimizer's collectives with real tensors, checked against a reference.
+
+Pure part (no torch): the options, the synthetic buckets and their exact
+values, the payload tags, the single-process reference and the analysis that
+turns what the ranks saw into :class:`~simharness.findings.Finding` objects.
+The ranks run :mod:`.datapath_worker` (Megatron's distributed optimizer) or
+:mod:`.datapath_fsdp` (PyTorch FSDP2); :func:`replay_data` launches them.
+
+Megatron mode, per step and per bucket: every rank computes a gradient (a
+small integer that depends on the rank, plus the full parameters it holds),
+reduce-scatters it on the reduce-scatter group (``dp_cp``; ``ep_dp`` for
+expert buckets), updates its own shard with SGD (``lr`` a power of two), and
+all-gathers the updated shards on the all-gather group while the other
+buckets' reduce-scatters are still in flight. Every value is a dyadic
+rational with few bits, so float64 sums are exact in any order and the
+result is bit-identical to the reference.
+
+The all-gather payload is ``(parameter bits, tag)`` int64 pairs; the tag
+packs the sender's global rank, its shard number, the bucket and the step, so
+a receiver can say whose shard landed in each slot:
+
+>>> unpack_tag(pack_tag(src=8, shard=0, bucket=2, step=1))
+(8, 0, 2, 1)
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import asdict, dataclass, fields, replace
+from typing import Any, Mapping, Sequence
+
+import numpy as np
+
+from ..findings import Finding
+from ..layout import Layout, build_layout
+from .options import BACKENDS, EXIT_FAILED, EXIT_MISMATCH, EXIT_OK, ReplayError, ReplayOptions
+
+SCHEMA = "simharness.datapath/1"
+KINDS = ("megatron", "fsdp2")
+MANTISSA_BITS = 53          # float64
+VALUE_BITS = 6              # |parameters|, |gradient terms| < 2**VALUE_BITS (see the bound below)
+TAG_BITS = (23, 13, 14, 14)  # src, shard, bucket, step: fits a non-negative int64
+MAX_AG_FINDINGS = 12        # attribution findings listed; the rest are counted
+
+# Variants of the Megatron data path run in one launch (see :func:`variants`).
+SHARED = "shared"           # the all-gather on the reduce-scatter group: one communicator
+SEPARATE = "separate"       # the all-gather on its own group: two communicators
+
+
+# ------------------------------------------------------------------ options
+@dataclass(frozen=True)
+class DataPathOptions:
+    """How to replay the data path.
+
+    ``kind``: ``megatron`` (distributed optimizer buckets) or ``fsdp2``
+    (``fully_shard`` with and without ``set_separate_reduce_scatter_group``).
+    ``steps``: optimizer steps; ``dense_buckets``/``expert_buckets``: buckets
+    per rank; ``shard_numel``: elements of one rank's shard of a bucket.
+    ``swap``: ``(a, b, kind)`` swaps ranks ``a`` and ``b`` in the plan's groups
+    of ``kind`` before the replay (fault injection).
+    """
+
+    kind: str = "megatron"
+    steps: int = 4
+    dense_buckets: int = 3
+    expert_buckets: int = 1
+    shard_numel: int = 8
+    backend: str = "gloo"
+    timeout: float = 60.0
+    force: bool = False
+    fault: str | None = None
+
+    def validate(self) -> "DataPathOptions":
+        if self.kind not in KINDS:
+            raise ReplayError(f"data-path kind {self.kind!r} is unknown; use "
+                              f"{' or '.join(KINDS)}.")
+        for name, low in (("steps", 1), ("dense_buckets", 0), ("expert_buckets", 0),
+                          ("shard_numel", 1)):
+            v = getattr(self, name)
+            if isinstance(v, bool) or not isinstance(v, int) or v < low:
+                raise ReplayError(f"{name} must be a whole number >= {low}, got {v!r}.")
+        if self.kind == "megatron" and self.dense_buckets + self.expert_buckets == 0:
+            raise ReplayError("dense_buckets and expert_buckets are both 0: nothing to replay; "
+                              "use at least one bucket.")
+        limits = {"steps": (1 << TAG_BITS[3]) - 1,
+                  "dense_buckets": (1 << TAG_BITS[2]) // 2 - 1,
+                  "expert_buckets": (1 << TAG_BITS[2]) // 2 - 1, "shard_numel": 1 << 16}
+        for name, hi in limits.items():
+            if getattr(self, name) > hi:
+                raise ReplayError(f"{name} {getattr(self, name)} is too large (at most {hi}).")
+        self.replay_options().validate()
+        return self
+
+    def replay_options(self) -> ReplayOptions:
+        """The launcher's options (no overlap probe: the data path times itself)."""
+        if self.backend not in BACKENDS:
+            raise ReplayError(f"backend {self.backend!r} is not supported; use "
+                              f"{' or '.join(BACKENDS)}.")
+        return ReplayOptions(backend=self.backend, timeout=self.timeout, overlap_bytes=0,
+                             iters=0, force=self.force, fault=self.fault)
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> "DataPathOptions":
+        names = {f.name for f in fields(cls)}
+        return cls(**{k: v for k, v in data.items() if k in names})
+
+
+# --------------------------------------------------------------------- tags
+def pack_tag(src: int, shard: int, bucket: int, step: int) -> int:
+    """One int64 naming the sender of a shard (see the module docstring)."""
+    out = 0
+    for value, bits in zip((src, shard, bucket, step), TAG_BITS):
+        out = (out << bits) | (int(value) & ((1 << bits) - 1))
+    return out
+
+
+def unpack_tag(tag: int) -> tuple[int, int, int, int]:
+    out = []
+    t = int(tag)
+    for bits in reversed(TAG_BITS):
+        out.append(t & ((1 << bits) - 1))
+        t >>= bits
+    return tuple(reversed(out))  # type: ignore[return-value]
+
+
+# ------------------------------------------------------------------ buckets
+@dataclass(frozen=True)
+class Bucket:
+    """One bucket on one rank.
+
+    ``number`` identifies the bucket across ranks (dense ``0..``, expert after
+    them); ``partition`` the model partition whose parameters it holds (the
+    reference layout's group number of ``rs_kind``: every member of that group
+    holds a replica); ``rs_ranks`` the plan's reduce-scatter group,
+    ``replicas`` the reference layout's (they differ only in a corrupted plan).
+    """
+
+    side: str
+    index: int
+    number: int
+    partition: int
+    rs_kind: str
+    rs_ranks: tuple[int, ...]
+    ag_kind: str
+    replicas: tuple[int, ...]
+
+    def shard_of(self, rank: int) -> int:
+        """The shard a rank owns: its group rank in the reduce-scatter group (torch sorts)."""
+        return sorted(self.rs_ranks).index(rank)
+
+
+def reference_layout(layout: Layout) -> Layout:
+    """What the plan's configuration builds: the source of model partitions and replicas."""
+    return build_layout(layout.config, layout.mcore)
+
+
+def buckets_of(layout: Layout, rank: int, opts: DataPathOptions,
+               ref: Layout | None = None) -> list[Bucket]:
+    """The buckets of ``rank``, dense then expert, with the plan's groups."""
+    ref = ref or reference_layout(layout)
+    col = layout.resolve_collectives(rank)
+    out = []
+    number = 0
+    for side, count in (("dense", opts.dense_buckets), ("expert", opts.expert_buckets)):
+        rs = getattr(col, f"{side}_reduce_scatter")
+        ag = getattr(col, f"{side}_all_gather")
+        m = ref.membership(rs.kind, rank)
+        for i in range(count):
+            out.append(Bucket(side, i, number + i, int(m.group), rs.kind,
+                              tuple(int(r) for r in rs.ranks), ag.kind,
+                              tuple(int(r) for r in m.ranks)))
+        number += count
+    return out
+
+
+def step_lr_exponent(group_size: int) -> int:
+    """``lr = 2**-e`` with ``group_size * lr <= 1/2``: the update contracts, so values stay small.
+
+    >>> step_lr_exponent(8), step_lr_exponent(16)
+    (4, 5)
+    """
+    return max(1, (group_size - 1).bit_length()) + 1
+
+
+def max_steps(group_size: int) -> int:
+    """Steps whose values stay exact in float64: each step adds ``e`` fraction bits."""
+    e = step_lr_exponent(group_size)
+    return (MANTISSA_BITS - VALUE_BITS - max(1, group_size.bit_length())) // e
+
+
+def initial_params(partition: int, number: int, numel: int) -> np.ndarray:
+    """Integers in -4..4, one pattern per (partition, bucket)."""
+    k = np.arange(numel, dtype=np.int64)
+    return (((partition * 7 + number * 3 + k * 5) % 9) - 4).astype(np.float64)
+
+
+def grad_term(rank: int, step: int, number: int, numel: int) -> np.ndarray:
+    """The rank's data-dependent gradient part: integers in -3..3."""
+    k = np.arange(numel, dtype=np.int64)
+    return (((rank * 5 + step * 3 + number * 11 + k * (rank % 5 + 1)) % 7) - 3).astype(np.float64)
+
+
+# ---------------------------------------------------------------- reference
+def reference(layout: Layout, opts: DataPathOptions) -> dict[tuple[str, int, int], dict]:
+    """The single-process reference: per (side, partition, bucket), the full
+    parameters after every step and the reduced gradient of every step.
+
+    Each partition is trained by its replicas (the reference layout's group):
+    ``grad = sum over replicas of (grad_term(replica) + params)``,
+    ``params -= lr * grad``.
+    """
+    ref = reference_layout(layout)
+    out: dict[tuple[str, int, int], dict] = {}
+    number = 0
+    for side, count, kind in (("dense", opts.dense_buckets, _rs_kind(ref, "dense")),
+                              ("expert", opts.expert_buckets, _rs_kind(ref, "expert"))):
+        if count and kind is not None:
+            groups = ref.groups(kind)
+            n = groups.shape[1]
+            lr = 2.0 ** -step_lr_exponent(n)
+            for g, members in enumerate(groups.tolist()):
+                for i in range(count):
+                    numel = opts.shard_numel * n
+                    p = initial_params(g, number + i, numel)
+                    reduced = []
+                    for t in range(opts.steps):
+                        grad = sum((grad_term(r, t, number + i, numel) + p for r in members),
+                                   np.zeros(numel))
+                        reduced.append(grad)
+                        p = p - lr * grad
+                    out[(side, g, number + i)] = {"final": p, "reduced": reduced, "lr": lr}
+        number += count
+    return out
+
+
+def _rs_kind(layout: Layout, side: str) -> str | None:
+    col = layout.resolve_collectives(0)
+    return getattr(col, f"{side}_reduce_scatter").kind
+
+
+# ----------------------------------------------------------------- variants
+@dataclass(frozen=True)
+class Variant:
+    """One way to run the all-gathers: ``ag[side]`` is ``"rs"`` (the reduce-scatter
+    group itself), ``"plan"`` (the plan's all-gather group) or ``"twin"`` (a new
+    group with the reduce-scatter group's ranks, made by the replay)."""
+
+    name: str
+    ag: Mapping[str, str]
+    is_plan: bool
+
+    def label(self, layout: Layout) -> str:
+        col = layout.resolve_collectives(0)
+        parts = []
+        for side in ("dense", "expert"):
+            rs = getattr(col, f"{side}_reduce_scatter").kind
+            how = self.ag[side]
+            where = {"rs": rs, "plan": getattr(col, f"{side}_all_gather").kind,
+                     "twin": f"a twin of {rs}"}[how]
+            parts.append(f"{side} AG on {where}")
+        return ", ".join(parts)
+
+
+def variants(layout: Layout) -> list[Variant]:
+    """``shared`` (one communicator) and ``separate`` (two), the plan's own first.
+
+    Option on: ``separate`` uses the plan's all-gather groups (where the plan
+    has one for a side), ``shared`` the reduce-scatter groups. Option off:
+    ``shared`` is the plan; ``separate`` uses twins of the reduce-scatter
+    groups where the option would create an all-gather group.
+    """
+    on = layout.config.create_all_gather_group
+    plan_side = {"dense": layout.has("dp_cp_ag"), "expert": layout.has("ep_dp_ag")}
+    if on:
+        sep = Variant(SEPARATE, {s: "plan" if plan_side[s] else "rs" for s in plan_side}, True)
+        return [sep, Variant(SHARED, {"dense": "rs", "expert": "rs"}, False)]
+    flipped = build_layout(layout.config.replace(create_all_gather_group=True), layout.mcore)
+    would = {"dense": flipped.has("dp_cp_ag"), "expert": flipped.has("ep_dp_ag")}
+    return [Variant(SHARED, {"dense": "rs", "expert": "rs"}, True),
+            Variant(SEPARATE, {s: "twin" if would[s] else "rs" for s in would}, False)]
+
+
+def check_data_replayable(layout: Layout, opts: DataPathOptions) -> None:
+    """Refuse what the data path does not model, naming the values (no torch)."""
+    n_inst = layout.config.num_distributed_optimizer_instances
+    if n_inst != 1:
+        raise ReplayError(
+            f"num_distributed_optimizer_instances={n_inst}: the data-path replay models one "
+            f"distributed-optimizer instance (no inter-instance all-reduce); replay with 1.")
+    ref = reference_layout(layout)
+    for side, count in (("dense", opts.dense_buckets), ("expert", opts.expert_buckets)):
+        kind = _rs_kind(ref, side)
+        if not count or kind is None:
+            continue
+        n = ref.source(kind).group_size
+        if opts.steps > max_steps(n):
+            raise ReplayError(
+                f"--steps {opts.steps}: with {side} groups of {n} ranks at most {max_steps(n)} "
+                f"steps keep every value exact in float64 (lr 2**-{step_lr_exponent(n)}); use "
+                f"fewer steps.")
+        if n >= 1 << TAG_BITS[1]:
+            raise ReplayError(f"{side} groups of {n} ranks are too large for the shard tags "
+                              f"(at most {(1 << TAG_BITS[1]) - 1}).")
+    if layout.world_size >= 1 << TAG_BITS[0]:
+        raise ReplayError(f"world {layout.world_size} is too large for the shard tags.")
+
+
+# ------------------------------------------------------------- fault: swap
+_SWAP = re.compile(r"^\s*(\d+)\s*,\s*(\d+)\s*(?:@\s*([a-z_0-9]+)\s*)?$")
+
+
+def parse_swap(text: str) -> tuple[int, int, str]:
+    """``"4,8"`` or ``"4,8@dp_cp"`` -> ``(4, 8, kind)`` (default kind ``dp_cp_ag``).
+
+    >>> parse_swap("2,3")
+    (2, 3, 'dp_cp_ag')
+    """
+    m = _SWAP.match(str(text))
+    if not m:
+        raise ReplayError(f"--swap {text!r} must look like A,B or A,B@KIND, e.g. 2,3 or "
+                          f"2,3@dp_cp_ag.")
+    return int(m.group(1)), int(m.group(2)), m.group(3) or "dp_cp_ag"
+
+
+def swap_ranks(layout: Layout, a: int, b: int, kind: str = "dp_cp_ag") -> Layout:
+    """The plan with ranks ``a`` and ``b`` exchanged in the groups of ``kind``.
+
+    Between two groups this changes both groups' members (a misaligned
+    all-gather group); inside one group it only reorders the list, which
+    torch ignores (it sorts a group's ranks).
+    """
+    if not layout.has(kind):
+        hint = (" (create_all_gather_group is off: turn it on, or swap in dp_cp)"
+                if kind.endswith("_ag") else "")
+        raise ReplayError(f"--swap: the plan has no {kind} groups{hint}; kinds: "
+                          f"{', '.join(layout.kinds)}.")
+    W = layout.world_size
+    for r in (a, b):
+        if not 0 <= r < W:
+            raise ReplayError(f"--swap: rank {r} is outside the world 0..{W - 1}.")
+    if a == b:
+        raise ReplayError(f"--swap {a},{b}: the two ranks must differ.")
+    d = layout.to_dict()
+    arr = np.asarray(d["kinds"][kind]["groups"])
+    ia, ib = np.argwhere(arr == a)[0], np.argwhere(arr == b)[0]
+    arr[tuple(ia)], arr[tuple(ib)] = b, a
+    d["kinds"][kind]["groups"] = arr.tolist()
+    return Layout.from_dict(d)
+
+
+# ----------------------------------------------------------------- analysis
+def _bits(values: Sequence[float] | np.ndarray) -> np.ndarray:
+    return np.asarray(values, dtype=np.float64).view(np.int64)
+
+
+def _first_diff(got: np.ndarray, want: np.ndarray) -> str:
+    bad = np.nonzero(_bits(got) != _bits(want))[0]
+    i = int(bad[0])
+    return (f"{bad.size} of {want.size} elements differ, first element {i}: got "
+            f"{float(got[i])!r}, expected {float(want[i])!r}")
+
+
+def _side_name(b: Bucket) -> str:
+    return f"{b.side} bucket {b.index}"
+
+
+def analyse_megatron(layout: Layout, opts: DataPathOptions,
+                     gathered: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+    """Compare every rank's observations with the reference; returns the variants' summaries
+    and the findings (attribution first: which rank's shard landed where)."""
+    refl = reference_layout(layout)
+    ref = reference(layout, opts)
+    findings: list[Finding] = []
+    summaries: dict[str, Any] = {}
+    for var in variants(layout):
+        sources: dict[tuple, dict[str, Any]] = {}
+        bad_rs: dict[int, str] = {}
+        bad_params: dict[int, str] = {}
+        step_s = []
+        for res in sorted(gathered, key=lambda r: r["rank"]):
+            rank = res["rank"]
+            vr = res["variants"][var.name]
+            step_s.append(vr["step_s"])
+            for bi, b in enumerate(buckets_of(layout, rank, opts, refl)):
+                obs = vr["buckets"][bi]
+                expect = sorted(b.replicas)
+                S = opts.shard_numel
+                r = ref[(b.side, b.partition, b.number)]
+                for t, slots in enumerate(obs["tags"]):
+                    for slot, (src, shard, number, step, mixed) in enumerate(slots):
+                        want_src = expect[slot] if slot < len(expect) else None
+                        if (src, shard, number, step, mixed) == (want_src, slot, b.number, t, 0):
+                            continue
+                        key = (rank, b.side, slot, src, shard, number - b.number, step - t,
+                               mixed)
+                        e = sources.setdefault(key, {"rank": rank, "bucket": b, "slot": slot,
+                                                     "step": t, "src": src, "shard": shard,
+                                                     "number": number, "src_step": step,
+                                                     "want": want_src, "mixed": mixed,
+                                                     "ag_ranks": obs["ag_ranks"], "count": 0})
+                        e["count"] += 1
+                j = b.shard_of(rank)
+                for t, got in enumerate(obs["reduced"]):
+                    want = r["reduced"][t][j * S:(j + 1) * S]
+                    got = np.asarray(got, dtype=np.float64)
+                    if rank not in bad_rs and (got.shape != want.shape
+                                               or (_bits(got) != _bits(want)).any()):
+                        bad_rs[rank] = (f"step {t}, {_side_name(b)} (shard {j}): "
+                                        + (_first_diff(got, want) if got.shape == want.shape
+                                           else f"{got.size} elements, expected {want.size}"))
+                got = np.asarray(obs["final"], dtype=np.float64)
+                want = r["final"]
+                if rank not in bad_params and (got.shape != want.shape
+                                               or (_bits(got) != _bits(want)).any()):
+                    bad_params[rank] = (f"{_side_name(b)}: " + (
+                        _first_diff(got, want) if got.shape == want.shape
+                        else f"{got.size} elements, expected {want.size}"))
+        findings.extend(_source_findings(var, layout, list(sources.values())))
+        name = f"{var.name} ({var.label(layout)})"
+        for code, bad, what in (("datapath-reduce-scatter", bad_rs, "reduced gradient shards"),
+                                ("datapath-params", bad_params, "parameters after "
+                                                                f"{opts.steps} steps")):
+            if bad:
+                first = min(bad)
+                note = " (follows from the all-gather errors above)" if sources else ""
+                findings.append(Finding(code, "error", (
+                    f"{name}: the {what} differ from the single-process reference on "
+                    f"{len(bad)} rank(s) {sorted(bad)[:16]}{note}; rank {first}: {bad[first]}"),
+                    tuple(sorted(bad)), (var.name,)))
+        ok = not (sources or bad_rs or bad_params)
+        per_step = [max(s[t] for s in step_s) for t in range(opts.steps)] if step_s else []
+        summaries[var.name] = {
+            "label": var.label(layout), "plan": var.is_plan, "ok": ok,
+            "ranks_matched": len(gathered) - len(set(bad_params) | {k[0] for k in sources}),
+            "attribution_errors": sum(e["count"] for e in sources.values()),
+            "step_s": per_step,
+            "median_step_s": float(np.median(per_step)) if per_step else None,
+            "min_step_s": min(per_step) if per_step else None,
+        }
+        if ok:
+            findings.append(Finding("datapath-match", "info", (
+                f"{name}: the parameters after {opts.steps} steps are bit-identical to the "
+                f"single-process reference on all {len(gathered)} ranks "
+                f"({opts.dense_buckets} dense + {opts.expert_buckets} expert buckets, every "
+                f"reduced gradient shard too)"), (), (var.name,)))
+    return {"variants": summaries, "findings": findings}
+
+
+def _source_findings(var: Variant, layout: Layout, entries: list[dict]) -> list[Finding]:
+    """One error per (rank, slot, sender): "rank 0 holds shard 1 ... but it came from rank 2"."""
+    out = []
+    entries.sort(key=lambda e: (e["step"], e["rank"], e["slot"]))
+    for e in entries[:MAX_AG_FINDINGS]:
+        b: Bucket = e["bucket"]
+        where = (f"{var.name}: rank {e['rank']} holds shard {e['slot']} of {_side_name(b)} at "
+                 f"step {e['step']}")
+        if e["mixed"]:
+            msg = (f"{where}, but its elements came from several senders (first rank "
+                   f"{e['src']}); expected rank {e['want']}")
+        elif e["src"] != e["want"]:
+            msg = (f"{where} but it came from rank {e['src']} (its shard {e['shard']}), "
+                   f"expected rank {e['want']}")
+        else:
+            msg = f"{where} from rank {e['src']}"
+        if not e["mixed"] and (e["number"] != b.number or e["src_step"] != e["step"]):
+            msg += (f", sent as bucket {e['number']} at step {e['src_step']} (expected bucket "
+                    f"{b.number} at step {e['step']})")
+        elif not e["mixed"] and e["shard"] != e["slot"] and e["src"] == e["want"]:
+            msg += f", but as its shard {e['shard']}"
+        msg += (f"; the all-gather ran on {list(e['ag_ranks'])}, the {b.rs_kind} replicas are "
+                f"{sorted(b.replicas)}")
+        if e["count"] > 1:
+            msg += f" ({e['count']} times over the {b.side} buckets and steps)"
+        ranks = tuple(sorted({e["rank"], *(x for x in (e["src"], e["want"]) if x is not None)}))
+        out.append(Finding("datapath-ag-source", "error", msg, ranks, (var.name, b.ag_kind)))
+    if len(entries) > MAX_AG_FINDINGS:
+        rest = entries[MAX_AG_FINDINGS:]
+        out.append(Finding("datapath-ag-source", "error", (
+            f"{var.name}: {len(rest)} more misrouted shard(s) on rank(s) "
+            f"{sorted({e['rank'] for e in rest})[:16]}"), tuple(sorted({e['rank'] for e in rest})),
+            (var.name,)))
+    return out
+
+
+# ---------------------------------------------------------------- fsdp2 ref
+FSDP_DIMS = (8, 16, 4)     # in, hidden, out of the two bias-free Linear layers
+FSDP_BATCH = 4
+FSDP_LR_EXP = 8
+
+
+def fsdp_weights(partition: int) -> list[np.ndarray]:
+    """Initial weights (integers in -2..2) of the two layers, ``(out, in)`` like ``nn.Linear``."""
+    d_in, d_h, d_out = FSDP_DIMS
+    out = []
+    for layer, shape in enumerate(((d_h, d_in), (d_out, d_h))):
+        k = np.arange(shape[0] * shape[1]).reshape(shape)
+        out.append((((k * 3 + partition * 5 + layer * 7) % 5) - 2).astype(np.float64))
+    return out
+
+
+def fsdp_batch(rank: int, step: int) -> tuple[np.ndarray, np.ndarray]:
+    """The rank's input ``x`` (batch, in) and loss weights ``c`` (batch, out): small integers."""
+    d_in, _, d_out = FSDP_DIMS
+    i = np.arange(FSDP_BATCH * d_in).reshape(FSDP_BATCH, d_in)
+    x = (((i * (rank % 3 + 1) + step * 5 + rank) % 7) - 3).astype(np.float64)
+    j = np.arange(FSDP_BATCH * d_out).reshape(FSDP_BATCH, d_out)
+    c = (((j + rank * 2 + step) % 3) - 1).astype(np.float64)
+    return x, c
+
+
+def fsdp_reference(members: Sequence[int], partition: int, steps: int) -> list[np.ndarray]:
+    """Weights after ``steps`` SGD steps of ``loss = sum(c * (x W1^T W2^T))`` summed over the
+    replicas (FSDP with a gradient divide factor of 1)."""
+    w1, w2 = fsdp_weights(partition)
+    lr = 2.0 ** -FSDP_LR_EXP
+    for t in range(steps):
+        g1 = np.zeros_like(w1)
+        g2 = np.zeros_like(w2)
+        for r in members:
+            x, c = fsdp_batch(r, t)
+            g2 += c.T @ (x @ w1.T)
+            g1 += (c @ w2).T @ x
+        w1, w2 = w1 - lr * g1, w2 - lr * g2
+    return [w1, w2]
+
+
+def analyse_fsdp(layout: Layout, opts: DataPathOptions,
+                 gathered: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+    """FSDP2: weights vs the reference, and the reduce-scatter group on/off."""
+    refl = reference_layout(layout)
+    groups = refl.groups("dp_cp").tolist()
+    refs = {g: fsdp_reference(m, g, opts.steps) for g, m in enumerate(groups)}
+    findings: list[Finding] = []
+    summaries = {}
+    for name in (SHARED, SEPARATE):
+        bad: dict[int, str] = {}
+        group_bad: dict[int, str] = {}
+        step_s = []
+        for res in sorted(gathered, key=lambda r: r["rank"]):
+            rank = res["rank"]
+            vr = res["variants"][name]
+            step_s.append(vr["step_s"])
+            g = int(refl.membership("dp_cp", rank).group)
+            for li, (got, want) in enumerate(zip(vr["weights"], refs[g])):
+                got = np.asarray(got, dtype=np.float64)
+                if rank not in bad and (got.shape != want.shape
+                                        or (_bits(got) != _bits(want)).any()):
+                    bad[rank] = f"layer {li}: " + (_first_diff(got.ravel(), want.ravel())
+                                                   if got.shape == want.shape else "shape")
+            rs = vr["rs_group"]
+            want_sep = name == SEPARATE
+            if rs["separate"] != want_sep or sorted(rs["ranks"]) != sorted(rs["shard_ranks"]):
+                group_bad[rank] = (f"reduce-scatter group {rs['ranks']} "
+                                   f"({'its own' if rs['separate'] else 'the shard group'}), "
+                                   f"shard group {rs['shard_ranks']}, expected "
+                                   f"{'a separate group' if want_sep else 'the shard group'} "
+                                   f"with the same ranks")
+        label = ("set_separate_reduce_scatter_group(): reduce-scatter on its own group"
+                 if name == SEPARATE else "reduce-scatter and all-gather on the shard group")
+        if group_bad:
+            first = min(group_bad)
+            findings.append(Finding("datapath-fsdp-group", "error", (
+                f"fsdp2 {name}: rank {first}: {group_bad[first]} ({len(group_bad)} rank(s))"),
+                tuple(sorted(group_bad)), (name,)))
+        if bad:
+            first = min(bad)
+            findings.append(Finding("datapath-params", "error", (
+                f"fsdp2 {name}: the weights after {opts.steps} steps differ from the "
+                f"single-process reference on rank(s) {sorted(bad)[:16]}; rank {first}: "
+                f"{bad[first]}"), tuple(sorted(bad)), (name,)))
+        per_step = [max(s[t] for s in step_s) for t in range(opts.steps)] if step_s else []
+        ok = not bad and not group_bad
+        if ok:
+            findings.append(Finding("datapath-match", "info", (
+                f"fsdp2 {name} ({label}): the weights after {opts.steps} steps are "
+                f"bit-identical to the single-process reference on all {len(gathered)} ranks"),
+                (), (name,)))
+        summaries[name] = {"label": label, "plan": None, "ok": ok,
+                           "ranks_matched": len(gathered) - len(bad), "step_s": per_step,
+                           "median_step_s": float(np.median(per_step)) if per_step else None,
+                           "min_step_s": min(per_step) if per_step else None}
+    return {"variants": summaries, "findings": findings}
+
+
+# ------------------------------------------------------------------ launch
+ENTRIES = {"megatron": "simharness.replay.datapath_worker:run_datapath_rank",
+           "fsdp2": "simharness.replay.datapath_fsdp:run_fsdp_datapath_rank"}
+
+
+def preflight_data(layout: Layout, opts: DataPathOptions) -> None:
+    """Everything refused before a process starts (no torch)."""
+    from .launcher import preflight
+
+    opts.validate()
+    preflight(layout, opts.replay_options())
+    check_data_replayable(layout, opts)
+
+
+def replay_data(layout: Layout, options: DataPathOptions | None = None, *,
+                deadline: float | None = None, **kwargs) -> dict[str, Any]:
+    """Run the data path on ``world_size`` local ranks; returns the report.
+
+    ``report["exit_code"]``: 0 every variant matched the reference bit for
+    bit, 1 a mismatch (``report["findings"]`` says which rank got whose
+    shard), 3 the replay failed (``report["failure"]`` names the rank).
+    """
+    import time
+
+    from .launcher import run_local
+
+    opts = options or DataPathOptions(**kwargs)
+    if options is not None and kwargs:
+        opts = replace(opts, **kwargs)
+    preflight_data(layout, opts)
+    run = run_local(layout, opts.replay_options(), deadline=deadline, entry=ENTRIES[opts.kind],
+                    extra={"datapath": opts.to_dict()})
+    report: dict[str, Any] = {
+        "schema": SCHEMA, "kind": opts.kind, "backend": opts.backend,
+        "world_size": layout.world_size, "mcore": layout.mcore, "config": layout.summary(),
+        "options": opts.to_dict(), "processes": run.processes, "failure": run.failure,
+    }
+    if run.gathered:
+        analyse = analyse_fsdp if opts.kind == "fsdp2" else analyse_megatron
+        result = analyse(layout, opts, run.gathered)
+        report["variants"] = result["variants"]
+        report["findings"] = [f.to_dict() for f in result["findings"]]
+        ok = all(v["ok"] for v in result["variants"].values())
+        report["status"], report["exit_code"] = ("matched", EXIT_OK) if ok else (
+            "mismatch", EXIT_MISMATCH)
+        report["groups_created"] = run.gathered[0].get("groups_created")
+        report["phase_s"] = {k: max(r["phase_s"][k] for r in run.gathered)
+                             for k in run.gathered[0]["phase_s"]}
+    else:
+        report["variants"], report["findings"] = {}, []
+        report["status"], report["exit_code"] = "failed", EXIT_FAILED
+    report["total_s"] = round(time.time() - run.t0, 3)
+    return report
+
+
+def summary_lines(report: Mapping[str, Any]) -> list[str]:
+    """The text summary of a data-path report."""
+    cfg = report["config"]
+    lines = [f"data-path replay ({report['kind']}, {report['backend']}): world "
+             f"{report['world_size']}, tp {cfg['tp']} pp {cfg['pp']} cp {cfg['cp']} dp "
+             f"{cfg['dp']} ep {cfg['ep']}, order {cfg['order']}, mcore {report['mcore']}, "
+             f"create_all_gather_group {'on' if cfg['create_all_gather_group'] else 'off'}"]
+    opts = report["options"]
+    if report["kind"] == "megatron":
+        lines.append(f"  {opts['steps']} steps, {opts['dense_buckets']} dense + "
+                     f"{opts['expert_buckets']} expert buckets of {opts['shard_numel']} "
+                     f"float64 elements per rank shard")
+    else:
+        lines.append(f"  {opts['steps']} steps of a two-layer model under fully_shard, "
+                     f"float64")
+    for name, v in report.get("variants", {}).items():
+        plan = " [the plan's path]" if v.get("plan") else ""
+        med = v.get("median_step_s")
+        timing = (f"step median {med * 1e3:.1f} ms, min {v['min_step_s'] * 1e3:.1f} ms"
+                  if med is not None else "no timing")
+        lines.append(f"  {name:<9} {'OK ' if v['ok'] else 'BAD'} {timing}: {v['label']}{plan}")
+    for f in report.get("findings", []):
+        if f["severity"] != "info":
+            lines.append(f"  {f['severity']} [{f['code']}] {f['message']}")
+    if report.get("failure"):
+        lines.append(f"  failed: {report['failure']['message']}")
+    lines.append("  timings: gloo processes share this machine's CPU cores; the per-step "
+                 "times are noise-dominated there" if report["backend"] == "gloo" else
+                 "  timings: slowest rank per step")
+    lines.append(f"result: {report['status'].upper()} (exit {report['exit_code']})")
+    return lines
+
+
+__all__ = ["DataPathOptions", "Bucket", "KINDS", "SCHEMA", "analyse_fsdp", "analyse_megatron",
+           "buckets_of", "check_data_replayable", "fsdp_reference", "max_steps", "pack_tag",
+           "parse_swap", "preflight_data", "reference", "replay_data", "summary_lines",
+           "swap_ranks", "unpack_tag", "variants"]
