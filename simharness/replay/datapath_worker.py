@@ -111,12 +111,13 @@ def run_variant(buckets: list[Bucket], groups: dict[str, dict[str, Any]], opts: 
                       "lr": 2.0 ** -step_lr_exponent(n),
                       "n_ag": dist.get_world_size(ag_pg), "ag_ranks": torch_ranks(ag_pg),
                       "tags": [], "reduced": []})
-    world = None  # the default group: aligns the ranks before each timed step
     step_s = []
+    world = list(range(dist.get_world_size()))
     for t in range(opts.steps):
         index = index0 + t
         progress.set("verify", index)
-        dist.barrier(group=world)
+        _wait(dist.barrier(async_op=True), rank, progress, index,  # align the timed steps
+              {"op": "barrier", "kind": "world", "ranks": world, "where": f"before step {t}"})
         t0 = time.perf_counter()
         rs_work = []
         for st in reversed(state):  # backward: last bucket first

@@ -1,0 +1,125 @@
+"""``simharness replay-data``: the optimizer's data path on real processes, checked by data.
+
+Nothing here imports torch: :func:`simharness.replay.datapath.replay_data`
+starts it in the ranks.
+"""
+
+from __future__ import annotations
+
+import click
+
+from ..layout import Layout
+from . import output as out
+from .common import (
+    config_flags_given, config_options, fail, layout_from_options, output_options, read_plan,
+)
+
+
+def register(main: click.Group) -> None:
+    main.add_command(replay_data_cmd)
+
+
+def data_layout(plan_path: str | None, kwargs: dict) -> Layout:
+    """``--plan FILE`` or the configuration flags (not both)."""
+    if plan_path:
+        given = config_flags_given(**kwargs)
+        if given:
+            flags = ", ".join("--" + n.replace("_", "-") for n in sorted(given))
+            fail(f"--plan {plan_path} replays exactly that plan; drop the configuration flags "
+                 f"({flags}) or drop --plan.")
+        return read_plan(plan_path, f"export a plan with `simharness export ... --out "
+                                    f"{plan_path}`")
+    return layout_from_options(**kwargs)
+
+
+@click.command("replay-data")
+@config_options
+@click.option("--plan", "plan_path", type=click.Path(dir_okay=False), default=None,
+              help="Replay this exported plan (simharness export --out FILE).")
+@click.option("--kind", type=click.Choice(("megatron", "fsdp2")), default="megatron",
+              show_default=True,
+              help="megatron: the distributed optimizer's buckets; fsdp2: fully_shard with and "
+                   "without set_separate_reduce_scatter_group().")
+@click.option("--steps", type=click.IntRange(min=1), default=4, show_default=True,
+              help="Optimizer steps.")
+@click.option("--buckets", "dense_buckets", type=click.IntRange(min=0), default=3,
+              show_default=True, help="Dense buckets per rank (megatron).")
+@click.option("--expert-buckets", type=click.IntRange(min=0), default=1, show_default=True,
+              help="Expert buckets per rank, on the expert data-parallel groups (megatron).")
+@click.option("--shard-numel", type=click.IntRange(min=1), default=8, show_default=True,
+              help="float64 elements of one rank's shard of a bucket.")
+@click.option("--swap", default=None, metavar="A,B[@KIND]",
+              help="Fault injection: swap ranks A and B in the plan's KIND groups "
+                   "(default dp_cp_ag) before the replay.")
+@click.option("--timeout", type=click.FloatRange(min=0, min_open=True), default=60.0,
+              show_default=True,
+              help="Seconds a collective may take before the replay fails naming the rank.")
+@click.option("--backend", type=click.Choice(("gloo", "nccl")), default="gloo",
+              show_default=True, help="gloo: CPU processes; nccl: one GPU per rank.")
+@click.option("--force", is_flag=True, default=False,
+              help="Start more local gloo ranks than this machine comfortably hosts.")
+@click.option("--report", "report_path", type=click.Path(dir_okay=False), default=None,
+              help="Write the JSON report to FILE.")
+@click.option("--inject-fault", "fault", default=None, hidden=True,
+              help="Testing: RANK:exit|hang|raise@init|create|verify|gather.")
+@click.option("--deadline", type=float, default=None, hidden=True,
+              help="Testing: kill the whole replay after this many seconds.")
+@output_options(formats=("table", "json"), show_all=False)
+@click.pass_context
+def replay_data_cmd(ctx, plan_path, kind, steps, dense_buckets, expert_buckets, shard_numel,
+                    swap, timeout, backend, force, report_path, fault, deadline, fmt, quiet,
+                    **kwargs):
+    """Run the optimizer's data path on real processes and compare it with a reference.
+
+    Megatron (--kind megatron): every rank reduce-scatters bucketed float64
+    gradients on its DP-with-CP group (expert buckets on the expert DP group)
+    and all-gathers the updated shards on the all-gather group, issued
+    asynchronously so that the all-gather of one bucket overlaps the
+    reduce-scatter of the next, for --steps SGD steps. It runs twice in one
+    launch: the all-gather on its own communicator ("separate": the plan's AG
+    group, or a twin when the option is off) and on the reduce-scatter group
+    ("shared"). The parameters must be bit-identical to a single-process
+    reference on every rank; each all-gathered element carries its sender's
+    rank, shard, bucket and step, so a misaligned AG group is reported as
+    "rank 0 holds shard 1 ... but it came from rank 2, expected rank 4".
+
+    FSDP2 (--kind fsdp2): a two-layer model under fully_shard on the
+    DP-with-CP group, with and without set_separate_reduce_scatter_group().
+
+    Exit status: 0 bit-identical everywhere, 1 mismatch, 2 bad input, 3 the
+    replay failed (a rank died or a collective timed out: the rank is named).
+
+    \b
+    Examples:
+      simharness replay-data -n 8 --tp 2 --pp 2 --cp 2 --create-all-gather-group --mcore 0.16
+      simharness replay-data -n 8 --tp 2 --pp 2 --use-tp-pp-dp-mapping \\
+          --create-all-gather-group --mcore 0.19          # upstream #4261, found by data
+      simharness replay-data -n 8 --tp 2 --create-all-gather-group --swap 2,3
+      simharness replay-data -n 8 --kind fsdp2
+    """
+    from ..replay.datapath import (
+        DataPathOptions, parse_swap, replay_data, summary_lines, swap_ranks,
+    )
+    from ..replay.launcher import write_report
+
+    layout = data_layout(plan_path, kwargs)
+    if swap:
+        a, b, swap_kind = parse_swap(swap)
+        layout = swap_ranks(layout, a, b, swap_kind)
+    opts = DataPathOptions(kind=kind, steps=steps, dense_buckets=dense_buckets,
+                           expert_buckets=expert_buckets, shard_numel=shard_numel,
+                           backend=backend, timeout=timeout, force=force, fault=fault)
+    report = replay_data(layout, opts, deadline=deadline)
+    if swap:
+        report["swap"] = swap
+    if report_path:
+        write_report(report, report_path)
+    if fmt == "json":
+        out.echo_json(report)
+    elif not quiet:
+        for line in summary_lines(report):
+            if line.startswith("result:"):
+                line = out.style(line, fg="green" if report["exit_code"] == 0 else "red",
+                                 bold=True)
+            out.echo(line)
+    ctx.exit(report["exit_code"])
