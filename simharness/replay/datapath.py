@@ -39,7 +39,7 @@ SCHEMA = "simharness.datapath/1"
 KINDS = ("megatron", "fsdp2")
 MANTISSA_BITS = 53          # float64
 VALUE_BITS = 6              # |parameters|, |gradient terms| < 2**VALUE_BITS (see the bound below)
-TAG_BITS = (23, 13, 14, 14)  # src, shard, bucket, step: fits a non-negative int64
+TAG_BITS = (22, 13, 14, 14)  # src, shard, bucket, step: 63 bits, a non-negative int64
 MAX_AG_FINDINGS = 12        # attribution findings listed; the rest are counted
 
 # Variants of the Megatron data path run in one launch (see :func:`variants`).
