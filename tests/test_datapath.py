@@ -134,3 +134,16 @@ def test_refused_before_any_process_starts():
 ])
 def test_cli_bad_input_is_one_line(args, fragments):
     fails(["replay-data", *args], *fragments)
+
+
+def test_large_arrays_travel_as_digests_and_still_compare_bit_for_bit():
+    from simharness.replay.datapath import FULL_VALUES, encode_values, value_difference
+
+    a = np.arange(FULL_VALUES + 1, dtype=np.float64) / 8
+    enc = encode_values(a)
+    assert set(enc) == {"n", "sha256"}
+    assert value_difference(enc, a) is None
+    b = a.copy()
+    b[7] = -0.0 if b[7] == 0 else b[7] + 2.0 ** -40
+    assert "differ (SHA-256" in value_difference(enc, b)
+    assert value_difference([0.0], np.array([-0.0])) is not None  # bits, not ==

@@ -25,6 +25,7 @@ a receiver can say whose shard landed in each slot:
 
 from __future__ import annotations
 
+import hashlib
 import re
 from dataclasses import asdict, dataclass, fields, replace
 from typing import Any, Mapping, Sequence
@@ -352,15 +353,43 @@ def swap_ranks(layout: Layout, a: int, b: int, kind: str = "dp_cp_ag") -> Layout
 
 
 # ----------------------------------------------------------------- analysis
+FULL_VALUES = 4096  # arrays up to this size travel as values; larger ones as a digest
+
+
+def encode_values(values: np.ndarray) -> list[float] | dict[str, Any]:
+    """What a rank sends back for one array: the values, or for large arrays (timing runs
+    with big buckets) their count and the SHA-256 of their float64 bytes."""
+    arr = np.ascontiguousarray(values, dtype=np.float64).ravel()
+    if arr.size <= FULL_VALUES:
+        return arr.tolist()
+    return {"n": int(arr.size), "sha256": hashlib.sha256(arr.tobytes()).hexdigest()}
+
+
 def _bits(values: Sequence[float] | np.ndarray) -> np.ndarray:
     return np.asarray(values, dtype=np.float64).view(np.int64)
 
 
-def _first_diff(got: np.ndarray, want: np.ndarray) -> str:
-    bad = np.nonzero(_bits(got) != _bits(want))[0]
+def value_difference(got: list[float] | Mapping[str, Any], want: np.ndarray) -> str | None:
+    """None when ``got`` (see :func:`encode_values`) has the bits of ``want``, else what differs.
+
+    >>> value_difference([1.0, 2.5], np.array([1.0, 2.0]))
+    '1 of 2 elements differ, first element 1: got 2.5, expected 2.0'
+    """
+    want = np.ascontiguousarray(want, dtype=np.float64).ravel()
+    if isinstance(got, Mapping):
+        if got["n"] != want.size:
+            return f"{got['n']} elements, expected {want.size}"
+        same = got["sha256"] == hashlib.sha256(want.tobytes()).hexdigest()
+        return None if same else f"the {want.size} elements differ (SHA-256 of their bits)"
+    arr = np.asarray(got, dtype=np.float64).ravel()
+    if arr.size != want.size:
+        return f"{arr.size} elements, expected {want.size}"
+    bad = np.nonzero(_bits(arr) != _bits(want))[0]
+    if not bad.size:
+        return None
     i = int(bad[0])
     return (f"{bad.size} of {want.size} elements differ, first element {i}: got "
-            f"{float(got[i])!r}, expected {float(want[i])!r}")
+            f"{float(arr[i])!r}, expected {float(want[i])!r}")
 
 
 def _side_name(b: Bucket) -> str:
@@ -404,20 +433,12 @@ def analyse_megatron(layout: Layout, opts: DataPathOptions,
                         e["count"] += 1
                 j = b.shard_of(rank)
                 for t, got in enumerate(obs["reduced"]):
-                    want = r["reduced"][t][j * S:(j + 1) * S]
-                    got = np.asarray(got, dtype=np.float64)
-                    if rank not in bad_rs and (got.shape != want.shape
-                                               or (_bits(got) != _bits(want)).any()):
-                        bad_rs[rank] = (f"step {t}, {_side_name(b)} (shard {j}): "
-                                        + (_first_diff(got, want) if got.shape == want.shape
-                                           else f"{got.size} elements, expected {want.size}"))
-                got = np.asarray(obs["final"], dtype=np.float64)
-                want = r["final"]
-                if rank not in bad_params and (got.shape != want.shape
-                                               or (_bits(got) != _bits(want)).any()):
-                    bad_params[rank] = (f"{_side_name(b)}: " + (
-                        _first_diff(got, want) if got.shape == want.shape
-                        else f"{got.size} elements, expected {want.size}"))
+                    diff = value_difference(got, r["reduced"][t][j * S:(j + 1) * S])
+                    if diff and rank not in bad_rs:
+                        bad_rs[rank] = f"step {t}, {_side_name(b)} (shard {j}): {diff}"
+                diff = value_difference(obs["final"], r["final"])
+                if diff and rank not in bad_params:
+                    bad_params[rank] = f"{_side_name(b)}: {diff}"
         findings.extend(_source_findings(var, layout, list(sources.values())))
         name = f"{var.name} ({var.label(layout)})"
         for code, bad, what in (("datapath-reduce-scatter", bad_rs, "reduced gradient shards"),
@@ -545,11 +566,9 @@ def analyse_fsdp(layout: Layout, opts: DataPathOptions,
             step_s.append(vr["step_s"])
             g = int(refl.membership("dp_cp", rank).group)
             for li, (got, want) in enumerate(zip(vr["weights"], refs[g])):
-                got = np.asarray(got, dtype=np.float64)
-                if rank not in bad and (got.shape != want.shape
-                                        or (_bits(got) != _bits(want)).any()):
-                    bad[rank] = f"layer {li}: " + (_first_diff(got.ravel(), want.ravel())
-                                                   if got.shape == want.shape else "shape")
+                diff = value_difference(got, want)
+                if diff and rank not in bad:
+                    bad[rank] = f"layer {li}: {diff}"
             rs = vr["rs_group"]
             want_sep = name == SEPARATE
             if rs["separate"] != want_sep or sorted(rs["ranks"]) != sorted(rs["shard_ranks"]):

@@ -31,8 +31,8 @@ from torch.distributed.fsdp import fully_shard
 
 from ..layout import Layout
 from .datapath import (
-    FSDP_DIMS, FSDP_LR_EXP, SEPARATE, SHARED, DataPathOptions, fsdp_batch, fsdp_weights,
-    reference_layout,
+    FSDP_DIMS, FSDP_LR_EXP, SEPARATE, SHARED, DataPathOptions, encode_values, fsdp_batch,
+    fsdp_weights, reference_layout,
 )
 from .datapath_worker import run_with
 from .options import ReplayOptions
@@ -118,7 +118,8 @@ def fsdp_body(layout: Layout, opts: DataPathOptions, ropts: ReplayOptions, rank:
                      "op": f"fully_shard step ({name})",
                      "missing_ranks": progress.not_arrived(members, "verify", index)}) from exc
             step_s.append(time.perf_counter() - t0)
-        weights = [p.full_tensor().detach().cpu().tolist() for p in model.parameters()]
+        weights = [encode_values(p.full_tensor().detach().cpu().numpy())
+                   for p in model.parameters()]
         out["variants"][name] = {"step_s": step_s, "weights": weights,
                                  "rs_group": _rs_group_info(model[0])}
     return out

@@ -29,8 +29,8 @@ import torch.distributed as dist
 
 from ..layout import Layout
 from .datapath import (
-    Bucket, DataPathOptions, buckets_of, grad_term, initial_params, pack_tag, reference_layout,
-    step_lr_exponent, unpack_tag, variants,
+    Bucket, DataPathOptions, buckets_of, encode_values, grad_term, initial_params, pack_tag,
+    reference_layout, step_lr_exponent, unpack_tag, variants,
 )
 from .options import ReplayOptions
 from .verify import torch_ranks
@@ -106,8 +106,8 @@ def run_variant(buckets: list[Bucket], groups: dict[str, dict[str, Any]], opts: 
         n = len(b.rs_ranks)
         j = b.shard_of(rank)
         full = torch.from_numpy(initial_params(b.partition, b.number, S * n)).to(device)
-        state.append({"b": b, "rs": rs_pg, "ag": ag_pg, "ag_label": ag_label, "n": n, "j": j, "full": full,
-                      "main": full[j * S:(j + 1) * S].clone(),
+        state.append({"b": b, "rs": rs_pg, "ag": ag_pg, "ag_label": ag_label, "n": n, "j": j,
+                      "full": full, "main": full[j * S:(j + 1) * S].clone(),
                       "lr": 2.0 ** -step_lr_exponent(n),
                       "n_ag": dist.get_world_size(ag_pg), "ag_ranks": torch_ranks(ag_pg),
                       "tags": [], "reduced": []})
@@ -133,7 +133,7 @@ def run_variant(buckets: list[Bucket], groups: dict[str, dict[str, Any]], opts: 
             _wait(w, rank, progress, index, {"op": "reduce_scatter", "kind": b.rs_kind,
                                              "ranks": list(b.rs_ranks),
                                              "where": f"{b.side} bucket {b.index}, step {t}"})
-            st["reduced"].append(out.cpu().tolist())
+            st["reduced"].append(encode_values(out.cpu().numpy()))
             st["main"] -= st["lr"] * out
             tag = torch.full((S,), pack_tag(rank, st["j"], b.number, t), dtype=torch.int64,
                              device=device)
@@ -152,8 +152,8 @@ def run_variant(buckets: list[Bucket], groups: dict[str, dict[str, Any]], opts: 
         step_s.append(time.perf_counter() - t0)
     return {"step_s": step_s,
             "buckets": [{"tags": st["tags"], "reduced": st["reduced"],
-                         "final": st["full"].cpu().tolist(), "ag_ranks": st["ag_ranks"]}
-                        for st in state]}
+                         "final": encode_values(st["full"].cpu().numpy()),
+                         "ag_ranks": st["ag_ranks"]} for st in state]}
 
 
 def run_datapath_rank(layout: Layout, ropts: ReplayOptions, *, rank: int, world_size: int,
