@@ -85,7 +85,7 @@ class DataPathOptions:
                               "use at least one bucket.")
         limits = {"steps": (1 << TAG_BITS[3]) - 1,
                   "dense_buckets": (1 << TAG_BITS[2]) // 2 - 1,
-                  "expert_buckets": (1 << TAG_BITS[2]) // 2 - 1, "shard_numel": 1 << 16}
+                  "expert_buckets": (1 << TAG_BITS[2]) // 2 - 1, "shard_numel": 1 << 20}
         for name, hi in limits.items():
             if getattr(self, name) > hi:
                 raise ReplayError(f"{name} {getattr(self, name)} is too large (at most {hi}).")
