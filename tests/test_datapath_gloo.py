@@ -60,13 +60,16 @@ def test_world16_019_experts_option_on_bit_identical_both_ways():
     assert rep["variants"]["separate"]["label"] == "dense AG on dp_cp_ag, expert AG on ep_dp_ag"
 
 
-def test_world16_016_option_off_plan_is_shared_twin_is_separate():
-    layout = build_layout(cfg(16, tp=2, pp=2), "0.16")
+@pytest.mark.parametrize("mcore, ep, expert_ag", [("0.16", 1, "ep_dp"),
+                                                   ("0.18", 2, "a twin of ep_dp")])
+def test_world16_option_off_plan_is_shared_twin_is_separate(mcore, ep, expert_ag):
+    layout = build_layout(cfg(16, tp=2, pp=2 if ep == 1 else 1, ep=ep, etp=1 if ep > 1 else None),
+                          mcore)
     rep = run(layout, steps=3)
     assert_bit_identical(rep, 16)
     assert rep["variants"]["shared"]["plan"]
-    assert rep["variants"]["separate"]["label"] == ("dense AG on a twin of dp_cp, expert AG on "
-                                                    "ep_dp")
+    assert rep["variants"]["separate"]["label"] == (f"dense AG on a twin of dp_cp, expert AG on "
+                                                    f"{expert_ag}")
 
 
 def test_issue_4261_layout_is_detected_by_data_under_018():

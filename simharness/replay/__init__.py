@@ -10,10 +10,14 @@ it runs: importing this package is cheap (the CLI imports it at start-up).
   the overlap probe, and return the report.
 * :func:`verify_live` - the same comparison inside a real job, right after
   Megatron initialised: every rank checks its groups, rank 0 prints one report.
+* :func:`replay_data` - the optimizer's data path (reduce-scatter and all-gather
+  of real buckets, or FSDP2) on the plan's groups, bit-compared with a
+  single-process reference (see :mod:`.datapath`).
 * :func:`torchrun_command` - the command that replays a plan on a cluster
   (``python -m simharness.replay.worker`` reads the torchrun environment).
 """
 
+from .datapath import DataPathOptions, replay_data
 from .launcher import preflight, replay, torchrun_command, write_report
 from .live import verify_live
 from .options import (
@@ -23,7 +27,7 @@ from .options import (
 from .report import summary_lines
 
 __all__ = [
-    "EXIT_FAILED", "EXIT_INTERRUPTED", "EXIT_MISMATCH", "EXIT_OK", "EXIT_USAGE", "Fault",
+    "DataPathOptions", "replay_data", "EXIT_FAILED", "EXIT_INTERRUPTED", "EXIT_MISMATCH", "EXIT_OK", "EXIT_USAGE", "Fault",
     "REPORT_SCHEMA", "ReplayError", "ReplayOptions", "preflight", "replay", "summary_lines",
     "torchrun_command", "verify_live", "write_report",
 ]
