@@ -147,3 +147,17 @@ def test_large_arrays_travel_as_digests_and_still_compare_bit_for_bit():
     b[7] = -0.0 if b[7] == 0 else b[7] + 2.0 ** -40
     assert "differ (SHA-256" in value_difference(enc, b)
     assert value_difference([0.0], np.array([-0.0])) is not None  # bits, not ==
+
+
+def test_plans_that_leave_a_rank_without_its_group_are_refused():
+    from simharness import Layout
+
+    lay = build_layout(cfg(8, tensor_model_parallel_size=2, create_all_gather_group=True), "0.16")
+    d = lay.to_dict()
+    d["kinds"]["dp_cp_ag"]["groups"] = [[0, 2, 4, 6], [0, 3, 5, 7]]   # rank 0 twice, 1 never
+    with pytest.raises(ReplayError, match=r"dp_cp_ag does not put every rank .*\[0, 1\]"):
+        check_data_replayable(Layout.from_dict(d), DataPathOptions())
+    d = build_layout(cfg(4, create_all_gather_group=True), "0.16").to_dict()
+    d["kinds"]["dp_cp_ag"]["groups"] = [[0, 1], [2, 3]]  # the creation order makes one group
+    with pytest.raises(ReplayError, match=r"creates no dp_cp_ag group for rank\(s\) \[2, 3\]"):
+        check_data_replayable(Layout.from_dict(d), DataPathOptions())

@@ -35,6 +35,7 @@ import numpy as np
 from ..findings import Finding
 from ..layout import Layout, build_layout
 from .options import BACKENDS, EXIT_FAILED, EXIT_MISMATCH, EXIT_OK, ReplayError, ReplayOptions
+from .plan_checks import partition_mismatches
 
 SCHEMA = "simharness.datapath/1"
 KINDS = ("megatron", "fsdp2")
@@ -237,9 +238,12 @@ def reference(layout: Layout, opts: DataPathOptions) -> dict[tuple[str, int, int
     return out
 
 
-def _rs_kind(layout: Layout, side: str) -> str | None:
-    col = layout.resolve_collectives(0)
-    return getattr(col, f"{side}_reduce_scatter").kind
+def _rs_kind(layout: Layout, side: str) -> str:
+    return getattr(layout.resolve_collectives(0), f"{side}_reduce_scatter").kind
+
+
+def _ag_kind(layout: Layout, side: str) -> str:
+    return getattr(layout.resolve_collectives(0), f"{side}_all_gather").kind
 
 
 # ----------------------------------------------------------------- variants
@@ -253,10 +257,12 @@ class Variant:
     ag: Mapping[str, str]
     is_plan: bool
 
-    def label(self, layout: Layout) -> str:
+    def label(self, layout: Layout, opts: DataPathOptions | None = None) -> str:
         col = layout.resolve_collectives(0)
         parts = []
         for side in ("dense", "expert"):
+            if opts is not None and not getattr(opts, f"{side}_buckets"):
+                continue
             rs = getattr(col, f"{side}_reduce_scatter").kind
             how = self.ag[side]
             where = {"rs": rs, "plan": getattr(col, f"{side}_all_gather").kind,
@@ -291,6 +297,25 @@ def check_data_replayable(layout: Layout, opts: DataPathOptions) -> None:
         raise ReplayError(
             f"num_distributed_optimizer_instances={n_inst}: the data-path replay models one "
             f"distributed-optimizer instance (no inter-instance all-reduce); replay with 1.")
+    used = {k for side in ("dense", "expert") if getattr(opts, f"{side}_buckets")
+            for k in (_rs_kind(layout, side), _ag_kind(layout, side))}
+    for m in partition_mismatches(layout):
+        if m["kind"] in used:
+            raise ReplayError(
+                f"plan kind {m['kind']} does not put every rank in exactly one group (ranks "
+                f"{m['ranks'][:8]}): {m['message']} The data path needs one group of it on "
+                f"every rank; fix the plan or re-export it.")
+    created: dict[str, set[int]] = {k: set() for k in used}
+    for gc in layout.creation_order:
+        if gc.kind in created:
+            created[gc.kind].update(gc.ranks)
+    for kind, ranks in sorted(created.items()):
+        missing = sorted(set(layout.ranks) - ranks)
+        if missing:
+            raise ReplayError(
+                f"the plan's creation order creates no {kind} group for rank(s) {missing[:8]} "
+                f"(its kinds list {layout.source(kind).n_groups} {kind} groups); fix the plan "
+                f"or re-export it.")
     ref = reference_layout(layout)
     for side, count in (("dense", opts.dense_buckets), ("expert", opts.expert_buckets)):
         kind = _rs_kind(ref, side)
@@ -440,7 +465,7 @@ def analyse_megatron(layout: Layout, opts: DataPathOptions,
                 if diff and rank not in bad_params:
                     bad_params[rank] = f"{_side_name(b)}: {diff}"
         findings.extend(_source_findings(var, layout, list(sources.values())))
-        name = f"{var.name} ({var.label(layout)})"
+        name = f"{var.name} ({var.label(layout, opts)})"
         for code, bad, what in (("datapath-reduce-scatter", bad_rs, "reduced gradient shards"),
                                 ("datapath-params", bad_params, "parameters after "
                                                                 f"{opts.steps} steps")):
@@ -454,7 +479,7 @@ def analyse_megatron(layout: Layout, opts: DataPathOptions,
         ok = not (sources or bad_rs or bad_params)
         per_step = [max(s[t] for s in step_s) for t in range(opts.steps)] if step_s else []
         summaries[var.name] = {
-            "label": var.label(layout), "plan": var.is_plan, "ok": ok,
+            "label": var.label(layout, opts), "plan": var.is_plan, "ok": ok,
             "ranks_matched": len(gathered) - len(set(bad_params) | {k[0] for k in sources}),
             "attribution_errors": sum(e["count"] for e in sources.values()),
             "step_s": per_step,

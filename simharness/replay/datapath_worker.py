@@ -19,6 +19,7 @@ single-process reference.
 
 from __future__ import annotations
 
+import os
 import time
 from datetime import timedelta
 from typing import Any, Callable
@@ -175,6 +176,8 @@ def run_with(body: Callable[..., dict[str, Any]], layout: Layout, ropts: ReplayO
     progress = Progress(store, rank)
     progress.set("init", 1)
     _fault(fault, rank, "init")
+    if ropts.backend == "nccl":
+        os.environ.setdefault("TORCH_NCCL_BLOCKING_WAIT", "1")  # wait() raises on timeout
     try:
         init()
     except Exception as exc:  # noqa: BLE001
