@@ -637,8 +637,14 @@ ENTRIES = {"megatron": "simharness.replay.datapath_worker:run_datapath_rank",
 def preflight_data(layout: Layout, opts: DataPathOptions) -> None:
     """Everything refused before a process starts (no torch)."""
     from .launcher import preflight
+    from .options import cpu_count, max_local_gloo_ranks
 
     opts.validate()
+    W, limit = layout.world_size, max_local_gloo_ranks()
+    if opts.backend == "gloo" and W > limit and not opts.force:
+        raise ReplayError(f"world_size {W} would start {W} gloo processes on this machine's "
+                          f"{cpu_count()} CPU core(s) (at most {limit} without --force); pass "
+                          f"--force to run it anyway, or replay a smaller world.")
     preflight(layout, opts.replay_options())
     check_data_replayable(layout, opts)
 
