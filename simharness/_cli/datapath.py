@@ -9,9 +9,10 @@ from __future__ import annotations
 import click
 
 from ..layout import Layout
+from ..planfile import read_plan
 from . import output as out
 from .common import (
-    config_flags_given, config_options, fail, layout_from_options, output_options, read_plan,
+    config_flags_given, config_options, fail, layout_from_options, output_options,
 )
 
 
