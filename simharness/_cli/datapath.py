@@ -8,29 +8,13 @@ from __future__ import annotations
 
 import click
 
-from ..layout import Layout
-from ..planfile import read_plan
 from . import output as out
-from .common import (
-    config_flags_given, config_options, fail, layout_from_options, output_options,
-)
+from .common import config_options, output_options
+from .replay import layout_for_replay
 
 
 def register(main: click.Group) -> None:
     main.add_command(replay_data_cmd)
-
-
-def data_layout(plan_path: str | None, kwargs: dict) -> Layout:
-    """``--plan FILE`` or the configuration flags (not both)."""
-    if plan_path:
-        given = config_flags_given(**kwargs)
-        if given:
-            flags = ", ".join("--" + n.replace("_", "-") for n in sorted(given))
-            fail(f"--plan {plan_path} replays exactly that plan; drop the configuration flags "
-                 f"({flags}) or drop --plan.")
-        return read_plan(plan_path, f"export a plan with `simharness export ... --out "
-                                    f"{plan_path}`")
-    return layout_from_options(**kwargs)
 
 
 @click.command("replay-data")
@@ -103,7 +87,7 @@ def replay_data_cmd(ctx, plan_path, kind, steps, dense_buckets, expert_buckets, 
     )
     from ..replay.launcher import write_report
 
-    layout = data_layout(plan_path, kwargs)
+    layout, _ = layout_for_replay(plan_path, "plan", kwargs)
     if swap:
         a, b, swap_kind = parse_swap(swap)
         layout = swap_ranks(layout, a, b, swap_kind)
