@@ -19,7 +19,6 @@ single-process reference.
 
 from __future__ import annotations
 
-import os
 import time
 from datetime import timedelta
 from typing import Any, Callable
@@ -35,7 +34,7 @@ from .datapath import (
 )
 from .options import ReplayOptions
 from .verify import torch_ranks
-from .worker import Progress, ReplayFault, _fault, _short
+from .worker import Progress, ReplayFault, _fault, _short, gather_results, init_rank
 
 TWIN_DESC = "SIMHARNESS_DATAPATH_AG_TWIN"
 
@@ -172,40 +171,17 @@ def run_with(body: Callable[..., dict[str, Any]], layout: Layout, ropts: ReplayO
     results of every rank (faults injected at ``init``/``create``/``verify``/``gather``)."""
     opts = DataPathOptions.from_dict((extra or {})["datapath"])
     t_start = time.time()
-    fault = ropts.fault_spec
-    progress = Progress(store, rank)
-    progress.set("init", 1)
-    _fault(fault, rank, "init")
-    if ropts.backend == "nccl":
-        os.environ.setdefault("TORCH_NCCL_BLOCKING_WAIT", "1")  # wait() raises on timeout
-    try:
-        init()
-    except Exception as exc:  # noqa: BLE001
-        raise ReplayFault(f"init_process_group failed on rank {rank}: {_short(exc)}",
-                          {"phase": "init", "op": "init_process_group",
-                           "missing_ranks": progress.not_arrived(range(world_size), "init", 1)}
-                          ) from exc
+    progress = init_rank(ropts, rank, world_size, init, store)
     device = (torch.device("cuda", torch.cuda.current_device()) if ropts.backend == "nccl"
               else torch.device("cpu"))
     progress.set("create", 0)
-    _fault(fault, rank, "create")
+    _fault(ropts.fault_spec, rank, "create")
     t_init = time.time()
     result: dict[str, Any] = {"rank": rank}
     result.update(body(layout, opts, ropts, rank, device, progress))
     result["phase_s"] = {"init": round(t_init - t_start, 3),
                          "body": round(time.time() - t_init, 3)}
-    progress.set("gather", 1)
-    _fault(fault, rank, "gather")
-    gathered: list[Any] = [None] * world_size
-    try:
-        dist.all_gather_object(gathered, result)
-    except Exception as exc:  # noqa: BLE001
-        raise ReplayFault(f"gathering the results on rank {rank} failed: {_short(exc)}",
-                          {"phase": "gather", "op": "all_gather_object",
-                           "missing_ranks": progress.not_arrived(range(world_size), "gather",
-                                                                 1)}) from exc
-    progress.set("done", 0)
-    return gathered
+    return gather_results(result, ropts, rank, world_size, progress)
 
 
 def megatron_body(layout: Layout, opts: DataPathOptions, ropts: ReplayOptions, rank: int,

@@ -265,26 +265,7 @@ def run_rank(layout: Layout, opts: ReplayOptions, *, rank: int, world_size: int,
     """Replay on this rank; returns every rank's result (after ``all_gather_object``)."""
     fault = opts.fault_spec
     T: dict[str, float] = {"start": time.time()}
-    progress = Progress(store, rank)
-    progress.set("init", 0)
-    _fault(fault, rank, "init")
-    progress.set("init", 1)
-    if opts.backend == "nccl":
-        # wait() then blocks and raises on timeout (instead of the watchdog aborting the
-        # process), so a rank that never arrives is named like under gloo.
-        os.environ.setdefault("TORCH_NCCL_BLOCKING_WAIT", "1")
-    try:
-        init()
-    except Exception as exc:  # noqa: BLE001
-        raise ReplayFault(f"init_process_group failed on rank {rank}: {_short(exc)}",
-                          {"phase": "init", "op": "init_process_group",
-                           "missing_ranks": progress.not_arrived(range(world_size), "init", 1)}
-                          ) from exc
-    if progress.store is None:
-        try:
-            progress.store = dist.distributed_c10d._get_default_store()
-        except Exception:  # noqa: BLE001 - private API; progress is optional
-            progress.store = None
+    progress = init_rank(opts, rank, world_size, init, store)
     T["init"] = time.time()
     if device is None:
         device = (torch.device("cuda", torch.cuda.current_device()) if opts.backend == "nccl"
@@ -420,8 +401,40 @@ def run_rank(layout: Layout, opts: ReplayOptions, *, rank: int, world_size: int,
         "all_gather": ag, "overlap": probe, "megatron": megatron_info or None,
         "timings": T,
     })
+    return gather_results(result, opts, rank, world_size, progress)
+
+
+def init_rank(opts: ReplayOptions, rank: int, world_size: int, init: Callable[[], None],
+              store: Any = None) -> Progress:
+    """Join the job (``init()``, faults at ``init``); returns this rank's :class:`Progress`."""
+    progress = Progress(store, rank)
+    progress.set("init", 0)
+    _fault(opts.fault_spec, rank, "init")
+    progress.set("init", 1)
+    if opts.backend == "nccl":
+        # wait() then blocks and raises on timeout (instead of the watchdog aborting the
+        # process), so a rank that never arrives is named like under gloo.
+        os.environ.setdefault("TORCH_NCCL_BLOCKING_WAIT", "1")
+    try:
+        init()
+    except Exception as exc:  # noqa: BLE001
+        raise ReplayFault(f"init_process_group failed on rank {rank}: {_short(exc)}",
+                          {"phase": "init", "op": "init_process_group",
+                           "missing_ranks": progress.not_arrived(range(world_size), "init", 1)}
+                          ) from exc
+    if progress.store is None:
+        try:
+            progress.store = dist.distributed_c10d._get_default_store()
+        except Exception:  # noqa: BLE001 - private API; progress is optional
+            progress.store = None
+    return progress
+
+
+def gather_results(result: dict[str, Any], opts: ReplayOptions, rank: int, world_size: int,
+                   progress: Progress) -> list[Any]:
+    """Every rank's ``result`` on every rank (``all_gather_object``; faults at ``gather``)."""
     progress.set("gather", 0)
-    _fault(fault, rank, "gather")
+    _fault(opts.fault_spec, rank, "gather")
     progress.set("gather", 1)
     gathered: list[Any] = [None] * world_size
     try:
