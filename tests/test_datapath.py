@@ -5,14 +5,23 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from test_cli_errors import fails
 
 from simharness import ParallelismConfig, build_layout
 from simharness.replay.datapath import (
-    DataPathOptions, analyse_megatron, buckets_of, check_data_replayable, max_steps, pack_tag,
-    parse_swap, reference, swap_ranks, unpack_tag, variants,
+    DataPathOptions,
+    analyse_megatron,
+    buckets_of,
+    check_data_replayable,
+    max_steps,
+    pack_tag,
+    parse_swap,
+    reference,
+    swap_ranks,
+    unpack_tag,
+    variants,
 )
 from simharness.replay.options import ReplayError
-from test_cli_errors import fails
 
 
 def cfg(world, **kw):

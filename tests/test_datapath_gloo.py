@@ -12,11 +12,11 @@ import json
 
 import pytest
 from click.testing import CliRunner
+from test_replay_gloo import DEADLINE, TIMEOUT, assert_no_leftovers, cfg
 
 from cli import main
 from simharness import build_layout
 from simharness.replay.datapath import DataPathOptions, replay_data, summary_lines, swap_ranks
-from test_replay_gloo import DEADLINE, TIMEOUT, assert_no_leftovers, cfg
 
 pytestmark = pytest.mark.replay
 

@@ -8,12 +8,12 @@ own communicator ("separate") is what can overlap the reduce-scatter.
 from __future__ import annotations
 
 import pytest
-
-from simharness import build_layout
-from simharness.replay.datapath import DataPathOptions, replay_data, summary_lines
 from test_datapath_gloo import assert_bit_identical
 from test_replay_gloo import DEADLINE, assert_no_leftovers, cfg
 from test_replay_gpu import need
+
+from simharness import build_layout
+from simharness.replay.datapath import DataPathOptions, replay_data, summary_lines
 
 pytestmark = [pytest.mark.gpu, pytest.mark.replay]
 

@@ -83,7 +83,11 @@ def replay_data_cmd(ctx, plan_path, kind, steps, dense_buckets, expert_buckets, 
       simharness replay-data -n 8 --kind fsdp2
     """
     from ..replay.datapath import (
-        DataPathOptions, parse_swap, replay_data, summary_lines, swap_ranks,
+        DataPathOptions,
+        parse_swap,
+        replay_data,
+        summary_lines,
+        swap_ranks,
     )
     from ..replay.launcher import write_report
 

@@ -27,13 +27,14 @@ from __future__ import annotations
 
 import hashlib
 import re
+from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, fields, replace
-from typing import Any, Mapping, Sequence
+from typing import Any
 
 import numpy as np
 
 from ..findings import Finding
-from ..layout import Layout, build_layout
+from ..layout import Layout, Membership, build_layout
 from .options import BACKENDS, EXIT_FAILED, EXIT_MISMATCH, EXIT_OK, ReplayError, ReplayOptions
 from .plan_checks import partition_mismatches
 
@@ -72,7 +73,7 @@ class DataPathOptions:
     force: bool = False
     fault: str | None = None
 
-    def validate(self) -> "DataPathOptions":
+    def validate(self) -> DataPathOptions:
         if self.kind not in KINDS:
             raise ReplayError(f"data-path kind {self.kind!r} is unknown; use "
                               f"{' or '.join(KINDS)}.")
@@ -105,7 +106,7 @@ class DataPathOptions:
         return asdict(self)
 
     @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> "DataPathOptions":
+    def from_dict(cls, data: Mapping[str, Any]) -> DataPathOptions:
         names = {f.name for f in fields(cls)}
         return cls(**{k: v for k, v in data.items() if k in names})
 
@@ -114,7 +115,7 @@ class DataPathOptions:
 def pack_tag(src: int, shard: int, bucket: int, step: int) -> int:
     """One int64 naming the sender of a shard (see the module docstring)."""
     out = 0
-    for value, bits in zip((src, shard, bucket, step), TAG_BITS):
+    for value, bits in zip((src, shard, bucket, step), TAG_BITS, strict=True):
         out = (out << bits) | (int(value) & ((1 << bits) - 1))
     return out
 
@@ -154,6 +155,15 @@ class Bucket:
         return sorted(self.rs_ranks).index(rank)
 
 
+def replicas_of(ref: Layout, kind: str, rank: int) -> Membership:
+    """``rank``'s group of ``kind`` in the reference layout: the replicas of its partition."""
+    m = ref.membership(kind, rank)
+    if m is None:
+        raise ReplayError(f"rank {rank} has no {kind} group in what the configuration builds; "
+                          f"the data path needs one on every rank.")
+    return m
+
+
 def reference_layout(layout: Layout) -> Layout:
     """What the plan's configuration builds: the source of model partitions and replicas."""
     return build_layout(layout.config, layout.mcore)
@@ -169,7 +179,7 @@ def buckets_of(layout: Layout, rank: int, opts: DataPathOptions,
     for side, count in (("dense", opts.dense_buckets), ("expert", opts.expert_buckets)):
         rs = getattr(col, f"{side}_reduce_scatter")
         ag = getattr(col, f"{side}_all_gather")
-        m = ref.membership(rs.kind, rank)
+        m = replicas_of(ref, rs.kind, rank)
         for i in range(count):
             out.append(Bucket(side, i, number + i, int(m.group), rs.kind,
                               tuple(int(r) for r in rs.ranks), ag.kind,
@@ -589,8 +599,8 @@ def analyse_fsdp(layout: Layout, opts: DataPathOptions,
             rank = res["rank"]
             vr = res["variants"][name]
             step_s.append(vr["step_s"])
-            g = int(refl.membership("dp_cp", rank).group)
-            for li, (got, want) in enumerate(zip(vr["weights"], refs[g])):
+            g = replicas_of(refl, "dp_cp", rank).group
+            for li, (got, want) in enumerate(zip(vr["weights"], refs[g], strict=True)):
                 diff = value_difference(got, want)
                 if diff and rank not in bad:
                     bad[rank] = f"layer {li}: {diff}"
@@ -641,7 +651,7 @@ def preflight_data(layout: Layout, opts: DataPathOptions) -> None:
 
     opts.validate()
     W, limit = layout.world_size, max_local_gloo_ranks()
-    if opts.backend == "gloo" and W > limit and not opts.force:
+    if opts.backend == "gloo" and limit < W and not opts.force:
         raise ReplayError(f"world_size {W} would start {W} gloo processes on this machine's "
                           f"{cpu_count()} CPU core(s) (at most {limit} without --force); pass "
                           f"--force to run it anyway, or replay a smaller world.")

@@ -31,8 +31,16 @@ from torch.distributed.fsdp import fully_shard
 
 from ..layout import Layout
 from .datapath import (
-    FSDP_DIMS, FSDP_LR_EXP, SEPARATE, SHARED, DataPathOptions, encode_values, fsdp_batch,
-    fsdp_weights, reference_layout,
+    FSDP_DIMS,
+    FSDP_LR_EXP,
+    SEPARATE,
+    SHARED,
+    DataPathOptions,
+    encode_values,
+    fsdp_batch,
+    fsdp_weights,
+    reference_layout,
+    replicas_of,
 )
 from .datapath_worker import run_with
 from .options import ReplayOptions
@@ -48,14 +56,13 @@ def run_fsdp_datapath_rank(layout: Layout, ropts: ReplayOptions, *, rank: int, w
                     store=store, extra=extra)
 
 
-def _model(partition: int, device: torch.device) -> nn.Module:
+def _model(partition: int, device: torch.device) -> nn.Sequential:
+    """The two float64 layers with the reference's integer weights."""
     d_in, d_h, d_out = FSDP_DIMS
-    model = nn.Sequential(nn.Linear(d_in, d_h, bias=False), nn.Linear(d_h, d_out, bias=False))
-    model = model.to(device=device, dtype=torch.float64)
-    with torch.no_grad():
-        for layer, w in zip(model, fsdp_weights(partition)):
-            layer.weight.copy_(torch.from_numpy(w))
-    return model
+    layers = [nn.Linear(d_in, d_h, bias=False), nn.Linear(d_h, d_out, bias=False)]
+    for layer, w in zip(layers, fsdp_weights(partition), strict=True):
+        layer.weight = nn.Parameter(torch.from_numpy(w))
+    return nn.Sequential(*layers).to(device)
 
 
 def _rs_group_info(model: nn.Module) -> dict[str, Any]:
@@ -71,8 +78,8 @@ def fsdp_body(layout: Layout, opts: DataPathOptions, ropts: ReplayOptions, rank:
               device: torch.device, progress: Progress) -> dict[str, Any]:
     """Both variants of FSDP2 on this rank's ``dp_cp`` group."""
     refl = reference_layout(layout)
-    partition = int(refl.membership("dp_cp", rank).group)
-    mine = None
+    partition = replicas_of(refl, "dp_cp", rank).group
+    mine: Any = None
     timeout = timedelta(seconds=ropts.timeout)
     backend = ropts.backend_map()["nccl"]
     for i, gc in enumerate(gc for gc in layout.creation_order if gc.kind == "dp_cp"):
@@ -87,7 +94,7 @@ def fsdp_body(layout: Layout, opts: DataPathOptions, ropts: ReplayOptions, rank:
     mesh = DeviceMesh.from_group(mine, device.type)
     out: dict[str, Any] = {"variants": {}, "groups_created": i + 1}
     for vi, name in enumerate((SHARED, SEPARATE)):
-        model = _model(partition, device)
+        model: Any = _model(partition, device)  # an FSDPModule once sharded
         for layer in model:
             fully_shard(layer, mesh=mesh)
         fully_shard(model, mesh=mesh)

@@ -20,8 +20,9 @@ single-process reference.
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from datetime import timedelta
-from typing import Any, Callable
+from typing import Any
 
 import numpy as np
 import torch
@@ -29,8 +30,17 @@ import torch.distributed as dist
 
 from ..layout import Layout
 from .datapath import (
-    Bucket, DataPathOptions, buckets_of, encode_values, grad_term, initial_params, pack_tag,
-    reference_layout, step_lr_exponent, unpack_tag, variants,
+    Bucket,
+    DataPathOptions,
+    buckets_of,
+    encode_values,
+    grad_term,
+    initial_params,
+    pack_tag,
+    reference_layout,
+    step_lr_exponent,
+    unpack_tag,
+    variants,
 )
 from .options import ReplayOptions
 from .verify import torch_ranks
@@ -94,7 +104,7 @@ def _slot_tags(tags: np.ndarray) -> list[list[int]]:
     return out
 
 
-def run_variant(buckets: list[Bucket], groups: dict[str, dict[str, Any]], opts: DataPathOptions,
+def run_variant(buckets: list[Bucket], groups: dict[str, dict[int, Any]], opts: DataPathOptions,
                 rank: int, device: torch.device, progress: Progress,
                 index0: int) -> dict[str, Any]:
     """Several optimizer steps of synthetic buckets; what this rank saw."""

@@ -245,4 +245,5 @@ def _divisors(n: int) -> str:
     return ", ".join(map(str, ds[:8]))
 
 
-__all__ = ["EXIT_FAILED", "LocalRun", "preflight", "replay", "run_local", "torchrun_command", "write_report"]
+__all__ = ["EXIT_FAILED", "LocalRun", "preflight", "replay", "run_local", "torchrun_command",
+           "write_report"]
