@@ -25,7 +25,7 @@ from typing import Any, Mapping
 
 import numpy as np
 
-from .config import DEFAULT_MCORE, ParallelismConfig
+from .config import DEFAULT_MCORE, ParallelismConfig, validate
 from .errors import GroupNotInitialized, LayoutError
 from .plan import CreationOrder, Entry, Loop, Step
 from .profiles import Profile, build_loops, check_profile, get_profile
@@ -494,4 +494,5 @@ def build_layout(config: ParallelismConfig | Mapping[str, Any] | Any,
     elif overrides:
         config = config.replace(**overrides)
     mcore = check_profile(mcore)
+    validate(config, mcore)
     return Layout(config, mcore, build_loops(config, mcore))
