@@ -11,12 +11,16 @@ NeMo's names and defaults, plus the Megatron-only inputs that change the groups
 >>> cfg.data_parallel_size, cfg.order, cfg.model_parallel_size
 (2, 'tp-cp-ep-dp-pp', 4)
 
-Validation mirrors what Megatron-Core (``initialize_model_parallel`` and
-``RankGenerator``) and NeMo (``init_parallel_ranks``,
-``initialize_model_parallel_for_nemo``) reject; every rejection is a
-:class:`~simharness.errors.LayoutError` that names the values and the fix.
-Inputs Megatron accepts but that look wrong are not errors here: the checker
-reports them as warnings (see :func:`simharness.checks.check`).
+Validation (:func:`validate`) runs the rule table of :mod:`simharness.rules`:
+what Megatron-Core (``initialize_model_parallel``, ``RankGenerator``,
+``create_all_gather_groups``, torch's ``new_group``) and NeMo
+(``init_parallel_ranks``, ``initialize_model_parallel_for_nemo``) reject, per
+megatron-core profile, in Megatron's order; every rejection is a
+:class:`~simharness.errors.LayoutError` that names the values and the fix and
+carries Megatron's exception type. Inputs Megatron accepts but that look wrong
+are not errors here: the checker reports them as warnings (see
+:func:`simharness.checks.check`). ``DEFAULT_ORDER``, ``MCORE_PROFILES`` and
+``DEFAULT_MCORE`` are defined in :mod:`simharness.profiles` (imported here).
 """
 
 from __future__ import annotations

@@ -97,11 +97,11 @@ def explain(fields: Mapping[str, Any], mcore: str = DEFAULT_MCORE) -> Explanatio
         check_profile(mcore)
     except SimharnessError:  # not even well-typed (or an unknown profile): nothing to evaluate
         return Explanation(given, str(mcore), None, [], [], error)
+    verdicts = [(rule, v) for rule, v in evaluate_all(raw, mcore) if v is not None]
     rules = [Rule(rule.name, rule.statement, v.check, v.holds, rule.source)
-             for rule, v in evaluate_all(raw, mcore) if v is not None]
+             for rule, v in verdicts]
     if error is None:
-        error = next((v.message for rule, v in evaluate_all(raw, mcore)
-                      if v is not None and not v.holds), None)
+        error = next((v.message for _, v in verdicts if not v.holds), None)
     derived = _derived(raw, given)
     if error is None:
         from .layout import build_layout

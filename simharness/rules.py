@@ -380,11 +380,22 @@ def _pp_last(f: Facts) -> Verdict | None:
        "AssertionError")
 def _same_pipeline_groups(f: Facts) -> Verdict | None:
     c = f.cfg
+    W = c.world_size
+    grids = [_megatron_grid(f, expert) for expert in (False, True)]
+    for expert, grid in enumerate(grids):
+        full = math.prod(_sizes(c, bool(expert), f.gtp_axis).values())
+        if grid.world_size < full:  # 0.19: 'tp' is a substring of the injected 'gtp_remat'
+            return Verdict(False, f"{'expert' if expert else 'dense'} order "
+                           f"{'-'.join(grid.names)} spans {grid.world_size} of {full} ranks", (
+                f"order {c.order!r} has no 'tp' token but tp={c.etp if expert else c.tp}: "
+                f"megatron-core 0.19 injects 'gtp_remat', whose name contains 'tp', so "
+                f"RankGenerator does not append 'tp' and its rank enumeration overruns "
+                f"(Megatron: AssertionError 'idx ... with shape ... mismatch the return idx' "
+                f"in the first get_ranks call); add 'tp' to the order, e.g. {DEFAULT_ORDER!r}."),
+                {"order": c.order})
     if c.pp == 1 and not _repeats(c.order):
         return None
-    W = c.world_size
-    dense = _megatron_lists(_megatron_grid(f, False), "pp", W)
-    expert = _megatron_lists(_megatron_grid(f, True), "pp", W)
+    dense, expert = (_megatron_lists(g, "pp", W) for g in grids)
     same = dense.shape == expert.shape and bool(np.array_equal(dense, expert))
     return Verdict(same, "PIPELINE_MODEL_PARALLEL_GROUP(dense) == (expert)", (
         f"with order {c.order!r} the dense and expert pipeline groups differ (Megatron: "
