@@ -26,7 +26,8 @@ import numpy as np
 
 from .errors import LayoutError, SimharnessError
 from .grid import Grid, inject_gtp
-from .profiles import DEFAULT_ORDER, Profile, get_profile, hybrid_chunk_sizes
+from .profiles import (DEFAULT_ORDER, Profile, ag_grids_after_init, get_profile,
+                       hybrid_chunk_sizes)
 
 if TYPE_CHECKING:  # pragma: no cover
     from .config import ParallelismConfig
@@ -38,13 +39,15 @@ NEMO, MCORE, SIMHARNESS = "NeMo", "Megatron-Core", "simharness"
 class Verdict:
     """A rule evaluated on one configuration: whether it ``holds``, the worked ``check``,
     and (when it fails) the error ``message``, its ``values`` and ``error`` (Megatron's
-    exception, when it differs from the rule's default)."""
+    exception, when it differs from the rule's default). ``megatron_accepts``: only
+    simharness rejects this input (it cannot model what Megatron builds)."""
 
     holds: bool
     check: str
     message: str = ""
     values: dict[str, Any] = field(default_factory=dict)
     error: str | None = None
+    megatron_accepts: bool = False
 
 
 @dataclass(frozen=True)
@@ -69,8 +72,9 @@ class Rule:
     evaluate: Callable[[Facts], Verdict | None]
 
     def error(self, verdict: Verdict) -> LayoutError:
-        return LayoutError(verdict.message, megatron_error=verdict.error or self.megatron_error,
-                           rule=self.name, **verdict.values)
+        error = None if verdict.megatron_accepts else verdict.error or self.megatron_error
+        return LayoutError(verdict.message, megatron_error=error, rule=self.name,
+                           **verdict.values)
 
 
 RULES: list[Rule] = []
@@ -146,7 +150,8 @@ def _phase_tokens(f: Facts, phase: int) -> list[tuple[bool, str, bool]]:
     """``(expert, token, first list only)`` Megatron asks for in one stretch of its
     ``new_group`` calls; the stretches end where the in-creation asserts run."""
     g = "gtp_remat-" if f.gtp_axis else ""
-    gtp, egtp = f.gtp_axis and f.cfg.gtp_remat_size > 1, f.gtp_axis and f.cfg.expert_gtp_remat_size > 1
+    gtp = f.gtp_axis and f.cfg.gtp_remat_size > 1
+    egtp = f.gtp_axis and f.cfg.expert_gtp_remat_size > 1
     d = [(False, t, False) for t in (["gtp_remat"] if f.gtp_axis else []) + ["dp-cp"]]
     if phase == 1:  # before the hybrid-CP assert
         return d
@@ -181,8 +186,8 @@ def _ranks_verdict(f: Facts, phase: int) -> Verdict | None:
         lists = lists[:1] if first else lists
         if lists.size == 0:
             continue
-        high = int(lists.max())
-        if high >= top:
+        high = _first_out_of_range(lists, top)
+        if high is not None:
             if cfg.rank_offset + world > top:
                 msg = (f"rank_offset ({cfg.rank_offset}) + world_size ({world}) = "
                        f"{cfg.rank_offset + world} ranks but the torch world has {top} "
@@ -196,7 +201,7 @@ def _ranks_verdict(f: Facts, phase: int) -> Verdict | None:
                        f"(torch world {top}; Megatron: 'ValueError: Rank {high} is out of "
                        f"range'); name each dimension once, e.g. {DEFAULT_ORDER!r}.")
                 vals = {"order": cfg.order, "repeated": _repeats(cfg.order)}
-            return Verdict(False, f"largest rank {high} < torch world {top}", msg, vals)
+            return Verdict(False, f"rank {high} < torch world {top}", msg, vals)
         ours = Grid.expert(cfg, gtp_token=f.gtp_axis) if expert else Grid.dense(
             cfg, gtp_token=f.gtp_axis)
         if not np.array_equal(lists, ours.groups(token)[: len(lists)]):
@@ -206,8 +211,18 @@ def _ranks_verdict(f: Facts, phase: int) -> Verdict | None:
                 f"{'expert' if expert else 'dense'} '{token}' groups do not partition ranks "
                 f"{cfg.rank_offset}..{cfg.rank_offset + world - 1}; simharness does not model "
                 f"that. Name each dimension once, e.g. {DEFAULT_ORDER!r}."),
-                {"order": cfg.order, "repeated": _repeats(cfg.order)}, error=None)
+                {"order": cfg.order, "repeated": _repeats(cfg.order)}, megatron_accepts=True)
     return None
+
+
+def _first_out_of_range(lists: np.ndarray, top: int) -> int | None:
+    """The rank torch's ``new_group`` reports first ('Rank N is out of range'): the
+    smallest rank >= ``top`` of the first group (in creation order) holding one."""
+    bad = (lists >= top).any(axis=1)
+    if not bad.any():
+        return None
+    row = lists[int(np.argmax(bad))]
+    return int(row[row >= top].min())
 
 
 def _repeats(order: str) -> list[str]:
@@ -527,15 +542,22 @@ def _all_gather_in_world(f: Facts) -> Verdict | None:
         return None
     gtp = c.gtp_remat_size if f.gtp_axis else 1
     egtp = c.expert_gtp_remat_size if f.gtp_axis else 1
-    # The dense generator spans world*gtp ranks, the expert one (only when ep > 1) world*egtp.
-    top = c.world_size * max(gtp, egtp if c.ep > 1 else 1)
-    return Verdict(top <= f.torch_world, f"world*gtp = {top} <= torch world {f.torch_world}", (
-        f"create_all_gather_group with gtp_remat_size={gtp}, expert_gtp_remat_size={egtp}"
-        f"{f', ep={c.ep}' if egtp > 1 else ''}: megatron-core 0.19's create_all_gather_groups() "
-        f"sizes its generator with the full dp*gtp (and gtp again), so its groups reach rank "
-        f"{top - 1} of a {f.torch_world}-rank world ('ValueError: Rank N is out of range'); "
-        f"turn the option off or use GTP sizes of 1 (expert GTP > 1 is fine when ep = 1)."),
-        {"gtp_remat_size": gtp, "expert_gtp_remat_size": egtp})
+    dense, expert = ag_grids_after_init(c, f.profile.name)
+    sides = ((dense, "dp-cp", "dense"),) + (((expert, "dp", "expert"),) if expert else ())
+    for grid, token, side in sides:
+        rank = _first_out_of_range(grid.groups(token), f.torch_world)
+        if rank is not None:
+            return Verdict(False, f"{side} AG generator spans {grid.world_size} ranks <= torch "
+                           f"world {f.torch_world}", (
+                f"create_all_gather_group with gtp_remat_size={gtp}, expert_gtp_remat_size="
+                f"{egtp}, ep={c.ep}: megatron-core 0.19's create_all_gather_groups() sizes its "
+                f"{side} generator with the full dp*gtp and the GTP axis again ({grid.world_size}"
+                f" ranks from rank 0), beyond the {f.torch_world}-rank world (Megatron: "
+                f"'ValueError: Rank {rank} is out of range'); turn the option off or use GTP "
+                f"sizes of 1 (expert GTP > 1 is fine when ep = 1)."),
+                {"gtp_remat_size": gtp, "expert_gtp_remat_size": egtp})
+    return Verdict(True, f"AG generators span {max(g.world_size for g, _, _ in sides)} ranks "
+                   f"<= torch world {f.torch_world}")
 
 
 # ------------------------------------------------------------------- evaluation

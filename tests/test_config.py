@@ -291,7 +291,7 @@ def test_window_past_the_world_is_megatrons_value_error():
         ParallelismConfig.from_megatron(world_size=16, mcore="0.18", tensor_model_parallel_size=2,
                                         rank_offset=12, local_world_size=8)
     e = info.value
-    assert e.megatron_error == "ValueError" and "Rank 19 is out of range" in str(e)
+    assert e.megatron_error == "ValueError" and "Rank 16 is out of range" in str(e)
     assert (e.values["rank_offset"], e.values["world_size"], e.values["torch_world"]) == (12, 8, 16)
     with pytest.raises(LayoutError) as whole:   # no local_world_size: the window is the world
         ParallelismConfig.from_megatron(world_size=8, mcore="0.19", rank_offset=1)
