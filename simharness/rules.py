@@ -170,8 +170,7 @@ def _phase_tokens(f: Facts, phase: int) -> list[tuple[bool, str, bool]]:
 
 
 def _ranks_verdict(f: Facts, phase: int) -> Verdict | None:
-    """Every rank Megatron passes to ``new_group`` in ``phase`` is in the torch world, and
-    the groups are the ones simharness builds (they differ only under a repeated token)."""
+    """Every rank Megatron passes to ``new_group`` in ``phase`` is in the torch world."""
     cfg, world, top = f.cfg, f.cfg.world_size, f.torch_world
     if not _repeats(cfg.order):  # the groups are the window's: only the window can overflow
         if phase == 1 and cfg.rank_offset + world > top:
@@ -202,16 +201,6 @@ def _ranks_verdict(f: Facts, phase: int) -> Verdict | None:
                        f"range'); name each dimension once, e.g. {DEFAULT_ORDER!r}.")
                 vals = {"order": cfg.order, "repeated": _repeats(cfg.order)}
             return Verdict(False, f"rank {high} < torch world {top}", msg, vals)
-        ours = Grid.expert(cfg, gtp_token=f.gtp_axis) if expert else Grid.dense(
-            cfg, gtp_token=f.gtp_axis)
-        if not np.array_equal(lists, ours.groups(token)[: len(lists)]):
-            return Verdict(False, f"'{token}' groups are a partition of the window", (
-                f"order {cfg.order!r} repeats {', '.join(map(repr, _repeats(cfg.order)))}: "
-                f"Megatron accepts it here (torch world {top}) but its "
-                f"{'expert' if expert else 'dense'} '{token}' groups do not partition ranks "
-                f"{cfg.rank_offset}..{cfg.rank_offset + world - 1}; simharness does not model "
-                f"that. Name each dimension once, e.g. {DEFAULT_ORDER!r}."),
-                {"order": cfg.order, "repeated": _repeats(cfg.order)}, megatron_accepts=True)
     return None
 
 
@@ -558,6 +547,29 @@ def _all_gather_in_world(f: Facts) -> Verdict | None:
                 {"gtp_remat_size": gtp, "expert_gtp_remat_size": egtp})
     return Verdict(True, f"AG generators span {max(g.world_size for g, _, _ in sides)} ranks "
                    f"<= torch world {f.torch_world}")
+
+
+@_rule("repeated-token-groups", "a repeated order token changes no group (simharness "
+       "models only that; Megatron accepts any repeat whose ranks stay in the torch world)",
+       None, SIMHARNESS)
+def _repeated_token_groups(f: Facts) -> Verdict | None:
+    c = f.cfg
+    if not _repeats(c.order):
+        return None
+    grids = {e: _megatron_grid(f, e) for e in (False, True)}
+    ours = {False: Grid.dense(c, gtp_token=f.gtp_axis), True: Grid.expert(c, gtp_token=f.gtp_axis)}
+    for phase in range(1, 6):
+        for expert, token, _ in _phase_tokens(f, phase):
+            lists = _megatron_lists(grids[expert], token, c.world_size)
+            if not np.array_equal(lists, ours[expert].groups(token)[: len(lists)]):
+                return Verdict(False, f"'{token}' groups with and without the repeat differ", (
+                    f"order {c.order!r} repeats {', '.join(map(repr, _repeats(c.order)))}: "
+                    f"Megatron accepts it here (torch world {f.torch_world}) but its "
+                    f"{'expert' if expert else 'dense'} '{token}' groups do not partition ranks "
+                    f"{c.rank_offset}..{c.rank_offset + c.world_size - 1}; simharness does not "
+                    f"model that. Name each dimension once, e.g. {DEFAULT_ORDER!r}."),
+                    {"order": c.order, "repeated": _repeats(c.order)}, megatron_accepts=True)
+    return Verdict(True, "the repeat changes no group")
 
 
 # ------------------------------------------------------------------- evaluation

@@ -301,10 +301,14 @@ def test_window_past_the_world_is_megatrons_value_error():
     assert ok.ranks == range(8, 16)
 
 
+PAIRS_1, PAIRS_2, PAIRS_4 = ([[0, 1], [2, 3], [4, 5], [6, 7]], [[0, 2], [1, 3], [4, 6], [5, 7]],
+                             [[0, 4], [1, 5], [2, 6], [3, 7]])
+
+
 @pytest.mark.parametrize("order,gtp_groups,tp_groups", [
-    ("tp-gtp_remat-cp-ep-dp-pp", [[0, 2], [1, 3], [4, 6], [5, 7]], [[0, 1], [2, 3], [4, 5], [6, 7]]),
-    ("gtp_remat-tp-cp-ep-dp-pp", [[0, 1], [2, 3], [4, 5], [6, 7]], [[0, 2], [1, 3], [4, 6], [5, 7]]),
-    ("tp-cp-ep-dp-pp-gtp_remat", [[0, 4], [1, 5], [2, 6], [3, 7]], [[0, 1], [2, 3], [4, 5], [6, 7]]),
+    ("tp-gtp_remat-cp-ep-dp-pp", PAIRS_2, PAIRS_1),     # where 0.19 injects it by default
+    ("gtp_remat-tp-cp-ep-dp-pp", PAIRS_1, PAIRS_2),
+    ("tp-cp-ep-dp-pp-gtp_remat", PAIRS_4, PAIRS_1),
 ])
 def test_019_explicit_gtp_remat_token_keeps_its_place(order, gtp_groups, tp_groups):
     cfg = ParallelismConfig(world_size=8, tensor_model_parallel_size=2, gtp_remat_size=2,
