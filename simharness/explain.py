@@ -86,22 +86,16 @@ def explain(fields: Mapping[str, Any], mcore: str = DEFAULT_MCORE) -> Explanatio
     Megatron's order; ``error`` is the library's message for the first failure.
     """
     given = {ALIASES.get(k, str(k).replace("-", "_")): v for k, v in dict(fields).items()}
-    cfg = error = None
     try:
         mcore = check_profile(mcore)
-        cfg = ParallelismConfig.from_dict(given)
-    except SimharnessError as exc:
-        error = str(exc)
-    try:
-        raw = cfg or ParallelismConfig.from_dict(given, _validate=False)
-        check_profile(mcore)
-    except SimharnessError:  # not even well-typed (or an unknown profile): nothing to evaluate
-        return Explanation(given, str(mcore), None, [], [], error)
+        raw = ParallelismConfig.from_dict(given, _validate=False)
+    except SimharnessError as exc:  # not even well-typed (or an unknown profile)
+        return Explanation(given, str(mcore), None, [], [], str(exc))
     verdicts = [(rule, v) for rule, v in evaluate_all(raw, mcore) if v is not None]
     rules = [Rule(rule.name, rule.statement, v.check, v.holds, rule.source)
              for rule, v in verdicts]
-    if error is None:
-        error = next((v.message for _, v in verdicts if not v.holds), None)
+    error = next((v.message for _, v in verdicts if not v.holds), None)
+    cfg = raw if error is None else None
     derived = _derived(raw, given)
     if error is None:
         from .layout import build_layout

@@ -374,3 +374,17 @@ def test_repeated_token_that_overruns_is_megatrons_value_error():
     with pytest.raises(LayoutError) as info:   # a repeat of size 2 overruns the world
         ParallelismConfig(world_size=8, tensor_model_parallel_size=2, order="tp-tp-cp-ep-dp-pp")
     assert info.value.megatron_error == "ValueError"
+
+
+def test_explain_follows_the_profile():
+    """The same order is a different Megatron error per profile, and explain says which."""
+    from simharness.explain import explain
+
+    fields = {"world_size": 8, "tp": 2, "order": "cp-dp-pp"}
+    old, new = explain(fields, "0.18"), explain(fields, "0.19")
+    assert "haven'tspecified" in old.error and "order-dense" in [
+        r.name for r in old.rules if r.holds is False]
+    assert "gtp_remat" in new.error and "same-pipeline-groups" in [
+        r.name for r in new.rules if r.holds is False]
+    assert explain({"world_size": 8, "order": "tp-gtp_remat-dp"}, "0.19").valid
+    assert not explain({"world_size": 8, "order": "tp-gtp_remat-dp"}, "0.18").valid
