@@ -21,13 +21,16 @@ capability flags looked up by name in :data:`PROFILES`:
     injected ``gtp_remat`` token in the order.
 
 All profiles share one builder, :func:`build_loops`, which reads only the flags.
+This module is the one home of the profile names (:data:`MCORE_PROFILES`), the
+default profile (:data:`DEFAULT_MCORE`) and Megatron's default order
+(:data:`DEFAULT_ORDER`); the rules that differ per profile are in
+:mod:`simharness.rules`.
 """
 
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-
 from typing import TYPE_CHECKING
 
 from .errors import LayoutError

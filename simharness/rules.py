@@ -162,10 +162,10 @@ def _phase_tokens(f: Facts, phase: int) -> list[tuple[bool, str, bool]]:
         return [(False, "cp", False), (False, f"tp-{g}pp", False), (False, "tp", False),
                 (False, "pp", True)]
     if phase == 4:  # to the expert DP (then the expert partial-DP assert)
-        toks = [(False, t, False) for t in ("pp", f"tp-{g}dp-cp", f"tp-{g}dp", "tp-cp")]
-        etoks = (["gtp_remat"] if f.gtp_axis else []) + ["ep", "tp", "tp-ep", "tp-ep-pp"] + (
+        dense = ["pp", f"tp-{g}dp-cp", f"tp-{g}dp", "tp-cp"]
+        expert = (["gtp_remat"] if f.gtp_axis else []) + ["ep", "tp", "tp-ep", "tp-ep-pp"] + (
             ["tp-ep-gtp_remat-pp"] if f.gtp_axis else [])
-        return toks + [(True, t, False) for t in etoks]
+        return [(False, t, False) for t in dense] + [(True, t, False) for t in expert]
     return [(True, "dp", False)] + ([(True, "gtp_remat-dp", False)] if egtp else [])
 
 
@@ -192,7 +192,8 @@ def _ranks_verdict(f: Facts, phase: int) -> Verdict | None:
                        f"{cfg.rank_offset + world} ranks but the torch world has {top} "
                        f"(Megatron: 'ValueError: Rank {high} is out of range' from new_group); "
                        f"use rank_offset <= {max(top - world, 0)} or a smaller local_world_size.")
-                vals = {"rank_offset": cfg.rank_offset, "world_size": world, "torch_world": top}
+                vals: dict[str, Any] = {"rank_offset": cfg.rank_offset, "world_size": world,
+                                        "torch_world": top}
             else:
                 msg = (f"order {cfg.order!r} repeats {', '.join(map(repr, _repeats(cfg.order)))}: "
                        f"Megatron's RankGenerator keeps one size per occurrence, so its "
@@ -386,12 +387,12 @@ def _same_pipeline_groups(f: Facts) -> Verdict | None:
     c = f.cfg
     W = c.world_size
     grids = [_megatron_grid(f, expert) for expert in (False, True)]
-    for expert, grid in enumerate(grids):
-        full = math.prod(_sizes(c, bool(expert), f.gtp_axis).values())
+    for side, grid in enumerate(grids):
+        full = math.prod(_sizes(c, bool(side), f.gtp_axis).values())
         if grid.world_size < full:  # 0.19: 'tp' is a substring of the injected 'gtp_remat'
-            return Verdict(False, f"{'expert' if expert else 'dense'} order "
+            return Verdict(False, f"{'expert' if side else 'dense'} order "
                            f"{'-'.join(grid.names)} spans {grid.world_size} of {full} ranks", (
-                f"order {c.order!r} has no 'tp' token but tp={c.etp if expert else c.tp}: "
+                f"order {c.order!r} has no 'tp' token but tp={c.etp if side else c.tp}: "
                 f"megatron-core 0.19 injects 'gtp_remat', whose name contains 'tp', so "
                 f"RankGenerator does not append 'tp' and its rank enumeration overruns "
                 f"(Megatron: AssertionError 'idx ... with shape ... mismatch the return idx' "
@@ -399,8 +400,8 @@ def _same_pipeline_groups(f: Facts) -> Verdict | None:
                 {"order": c.order})
     if c.pp == 1 and not _repeats(c.order):
         return None
-    dense, expert = (_megatron_lists(g, "pp", W) for g in grids)
-    same = dense.shape == expert.shape and bool(np.array_equal(dense, expert))
+    dense_pp, expert_pp = (_megatron_lists(g, "pp", W) for g in grids)
+    same = dense_pp.shape == expert_pp.shape and bool(np.array_equal(dense_pp, expert_pp))
     return Verdict(same, "PIPELINE_MODEL_PARALLEL_GROUP(dense) == (expert)", (
         f"with order {c.order!r} the dense and expert pipeline groups differ (Megatron: "
         f"'Pipeline parallel groups are expected to be the same for Non-Expert and Expert "
