@@ -185,34 +185,39 @@ def _ranks_verdict(f: Facts, phase: int) -> Verdict | None:
         lists = lists[:1] if first else lists
         if lists.size == 0:
             continue
-        high = _first_out_of_range(lists, top)
-        if high is not None:
+        said = _new_group_error(lists, top)
+        if said is not None:
             if cfg.rank_offset + world > top:
                 msg = (f"rank_offset ({cfg.rank_offset}) + world_size ({world}) = "
                        f"{cfg.rank_offset + world} ranks but the torch world has {top} "
-                       f"(Megatron: 'ValueError: Rank {high} is out of range' from new_group); "
-                       f"use rank_offset <= {max(top - world, 0)} or a smaller local_world_size.")
+                       f"(Megatron: 'ValueError: {said}' from new_group); "
+                       + (f"use rank_offset <= {top - world} or a smaller local_world_size."
+                          if world <= top else f"use local_world_size <= {top}."))
                 vals: dict[str, Any] = {"rank_offset": cfg.rank_offset, "world_size": world,
                                         "torch_world": top}
             else:
                 msg = (f"order {cfg.order!r} repeats {', '.join(map(repr, _repeats(cfg.order)))}: "
                        f"Megatron's RankGenerator keeps one size per occurrence, so its "
-                       f"{'expert' if expert else 'dense'} '{token}' groups reach rank {high} "
-                       f"(torch world {top}; Megatron: 'ValueError: Rank {high} is out of "
-                       f"range'); name each dimension once, e.g. {DEFAULT_ORDER!r}.")
+                       f"{'expert' if expert else 'dense'} '{token}' groups reach rank "
+                       f"{int(lists.max())} (torch world {top}; Megatron: 'ValueError: {said}' "
+                       f"from new_group); name each dimension once, e.g. {DEFAULT_ORDER!r}.")
                 vals = {"order": cfg.order, "repeated": _repeats(cfg.order)}
-            return Verdict(False, f"rank {high} < torch world {top}", msg, vals)
+            return Verdict(False, f"'{token}' ranks < torch world {top}", msg, vals)
     return None
 
 
-def _first_out_of_range(lists: np.ndarray, top: int) -> int | None:
-    """The rank torch's ``new_group`` reports first ('Rank N is out of range'): the
-    smallest rank >= ``top`` of the first group (in creation order) holding one."""
+def _new_group_error(lists: np.ndarray, top: int) -> str | None:
+    """What torch's ``new_group`` says (ValueError) for the first of ``lists`` it rejects
+    in a ``top``-rank world, or None: a group larger than the world, else the smallest
+    rank >= ``top`` of the first group (in creation order) holding one."""
+    if lists.shape[1] > top:
+        return ("the new group's world size should be less or equal to the world size set "
+                "by init_process_group")
     bad = (lists >= top).any(axis=1)
     if not bad.any():
         return None
     row = lists[int(np.argmax(bad))]
-    return int(row[row >= top].min())
+    return f"Rank {int(row[row >= top].min())} is out of range"
 
 
 def _repeats(order: str) -> list[str]:
@@ -535,15 +540,15 @@ def _all_gather_in_world(f: Facts) -> Verdict | None:
     dense, expert = ag_grids_after_init(c, f.profile.name)
     sides = ((dense, "dp-cp", "dense"),) + (((expert, "dp", "expert"),) if expert else ())
     for grid, token, side in sides:
-        rank = _first_out_of_range(grid.groups(token), f.torch_world)
-        if rank is not None:
+        said = _new_group_error(grid.groups(token), f.torch_world)
+        if said is not None:
             return Verdict(False, f"{side} AG generator spans {grid.world_size} ranks <= torch "
                            f"world {f.torch_world}", (
                 f"create_all_gather_group with gtp_remat_size={gtp}, expert_gtp_remat_size="
                 f"{egtp}, ep={c.ep}: megatron-core 0.19's create_all_gather_groups() sizes its "
                 f"{side} generator with the full dp*gtp and the GTP axis again ({grid.world_size}"
                 f" ranks from rank 0), beyond the {f.torch_world}-rank world (Megatron: "
-                f"'ValueError: Rank {rank} is out of range'); turn the option off or use GTP "
+                f"'ValueError: {said}'); turn the option off or use GTP "
                 f"sizes of 1 (expert GTP > 1 is fine when ep = 1)."),
                 {"gtp_remat_size": gtp, "expert_gtp_remat_size": egtp})
     return Verdict(True, f"AG generators span {max(g.world_size for g, _, _ in sides)} ranks "

@@ -199,7 +199,8 @@ def compare(ps, mcore: str, world: int, ag: bool, kwargs: dict) -> tuple[str | N
             return f"Megatron raises {kind}, simharness accepts", False
         if ours.megatron_error != kind:
             return f"Megatron raises {kind}, simharness says {ours.megatron_error}: {ours}", False
-        said = re.match(r"Rank \d+ is out of range|'tp' is not in list", str(theirs))
+        said = re.match(r"Rank \d+ is out of range|'tp' is not in list|the new group's world "
+                        r"size should be less or equal", str(theirs))
         if said and said.group(0) not in str(ours):  # the same words (and first bad rank)
             return f"Megatron: {said.group(0)}; simharness: {ours}", False
         return None, False
