@@ -17,11 +17,12 @@ from .. import __version__
 from ..config import DEFAULT_MCORE, GROUP_FIELDS, MCORE_PROFILES, ParallelismConfig
 from ..errors import SimharnessError
 from ..layout import Layout, build_layout
+from ..planfile import plan_json, read_plan
 from . import output as out
 from .output import SEVERITY_ORDER, echo_findings, findings_exit_code, findings_verdict
 from .common import (
     config_fields_from_options, config_flags_given, config_from_options, config_options, fail,
-    node_shape, output_options, read_plan,
+    node_shape, output_options,
 )
 
 TOGGLES = tuple(f for f in GROUP_FIELDS
@@ -638,25 +639,6 @@ def _echo_diff(d, show_all: bool) -> None:
 
 
 # -------------------------------------------------------------------- export
-def _export_json_text(layout: Layout) -> str:
-    """The export, pretty at the top and one group per line (readable and diffable)."""
-    import json
-    import re
-
-    d = layout.to_dict(groups=False)
-    texts = {}
-    for k in layout.kinds:
-        arr = layout.groups(k)
-        if arr.shape[0] == 0:
-            texts[k] = "[]"
-        else:
-            body = json.dumps(arr.tolist())[1:-1].replace("], [", "],\n        [")
-            texts[k] = "[\n        " + body + "\n      ]"
-        d["kinds"][k]["groups"] = f"@@groups:{k}@@"
-    text = json.dumps(d, indent=2)
-    return re.sub(r'"@@groups:([^@"]+)@@"', lambda m: texts[m.group(1)], text) + "\n"
-
-
 def _export_csv(layout: Layout, sink: out.Sink) -> None:
     """Rows by kind (creation order), then rank; each kind's block formatted at C speed."""
     import csv
@@ -695,7 +677,7 @@ def export_cmd(fmt, quiet, out_path, **kwargs):
     layout, _ = _load(kwargs)
     with out.Sink(out_path) as sink:  # CSV rows: by kind (creation order), then rank
         if fmt == "json":
-            sink.write(_export_json_text(layout))
+            sink.write(plan_json(layout))
         else:
             _export_csv(layout, sink)
     if out_path and not quiet:

@@ -17,10 +17,11 @@ vendors quote), ``*_us`` microseconds.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from .errors import TopologyError
+from .nccl_model import ARCHS
 
 SCHEMA_VERSION = 1
 WIRINGS = ("rail", "tor")
@@ -34,6 +35,9 @@ class NodeSpec:
     gpus: int
     gpus_per_board: int
     gpu: str = ""
+    arch: str | None = None  # NCCL's tuning row: volta, ampere, hopper, blackwell; None: not NCCL
+    sms: int | None = None    # streaming multiprocessors per GPU (datasheet)
+    hbm_gb_per_s: float | None = None  # HBM bandwidth per GPU (datasheet)
 
 
 @dataclass(frozen=True)
@@ -50,6 +54,8 @@ class ScaleUpSpec:
     efficiency: float
     latency_us: float
     technology: str = ""
+    nvls: bool = False       # NVSwitch multicast / NVLink SHARP (NVSwitch3+, Hopper+)
+    links: int | None = None  # NVLinks per GPU (documentation; bandwidth is per GPU)
 
 
 @dataclass(frozen=True)
@@ -76,6 +82,8 @@ class ScaleOutSpec:
     wiring: str
     tiers: tuple[TierSpec, ...]
     nic: str = ""
+    sharp: bool = False  # switches run in-network reductions (InfiniBand SHARP -> CollNet)
+    pxn: bool = True     # NCCL PXN: cross-rail traffic moves over NVLink to the rail's GPU
 
     @property
     def nic_gb_per_s(self) -> float:
@@ -149,6 +157,12 @@ class _Table:
             raise self._fail(key, f"a number {rng}", value)
         return float(value)
 
+    def bool(self, key: str, default: bool = False) -> bool:
+        value = self.get(key, default)
+        if not isinstance(value, bool):
+            raise self._fail(key, "true or false", value)
+        return value
+
     def str(self, key: str, choices: tuple[str, ...] | None = None, default: Any = _MISSING) -> str:
         value = self.get(key, default)
         if not isinstance(value, str) or (choices and value not in choices):
@@ -186,10 +200,15 @@ def parse_spec(data: dict, source: str) -> TopologySpec:
         raise top._fail("references", "a list of strings", references)
 
     t = top.table("node")
+    arch = t.get("arch", None)
+    if arch is not None and arch not in ARCHS:
+        raise t._fail("arch", f"one of {', '.join(map(repr, ARCHS))} (NCCL's tuning row)", arch)
     node = NodeSpec(gpus=t.int("gpus"), gpus_per_board=t.int("gpus_per_board", default=None),
-                    gpu=t.str("gpu", default=""))
+                    gpu=t.str("gpu", default=""), arch=arch, sms=t.int("sms", default=None),
+                    hbm_gb_per_s=(t.float("hbm_gb_per_s", positive=True)
+                                  if "hbm_gb_per_s" in t.data else t.get("hbm_gb_per_s", None)))
     if node.gpus_per_board is None:
-        node = NodeSpec(node.gpus, node.gpus, node.gpu)
+        node = replace(node, gpus_per_board=node.gpus)
     if node.gpus % node.gpus_per_board:
         raise t._fail("gpus_per_board", f"a divisor of gpus ({node.gpus})", node.gpus_per_board)
     t.done()
@@ -200,7 +219,12 @@ def parse_spec(data: dict, source: str) -> TopologySpec:
         bandwidth_gb_per_s=t.float("bandwidth_gb_per_s", positive=True),
         efficiency=t.float("efficiency", maximum=1.0, positive=True),
         latency_us=t.float("latency_us"),
-        technology=t.str("technology", default=""))
+        technology=t.str("technology", default=""),
+        nvls=t.bool("nvls"),
+        links=t.int("links", default=None))
+    if scale_up.nvls and node.arch not in ("hopper", "blackwell"):
+        raise t._fail("nvls", "false unless [node] arch is 'hopper' or 'blackwell' (NVLink "
+                      f"SHARP needs NVSwitch3 and Hopper+; arch is {node.arch!r})", True)
     if scale_up.domain_gpus % node.gpus:
         raise t._fail("domain_gpus",
                       f"a multiple of [node] gpus ({node.gpus}): an NVLink domain holds whole "
@@ -246,7 +270,9 @@ def parse_spec(data: dict, source: str) -> TopologySpec:
             pcie_gb_per_s=t.float("pcie_gb_per_s", positive=True),
             wiring=wiring,
             tiers=tuple(tiers),
-            nic=t.str("nic", default=""))
+            nic=t.str("nic", default=""),
+            sharp=t.bool("sharp"),
+            pxn=t.bool("pxn", default=True))
         t.done()
 
     t = top.table("collective", optional=True)
