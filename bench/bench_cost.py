@@ -20,8 +20,12 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from simharness.topology import load_cluster  # noqa: E402
-from simharness.topology.calibration import (DEFAULT_PATH, evaluate, format_table,  # noqa: E402
-                                             load_points)
+from simharness.topology.calibration import (  # noqa: E402
+    DEFAULT_PATH,
+    evaluate,
+    format_table,
+    load_points,
+)
 from simharness.topology.cost import predict  # noqa: E402
 
 SWEEP = [("dgx-h100", 1, range(8), "all_reduce"), ("dgx-h100", 1, range(8), "all_gather"),
@@ -62,7 +66,7 @@ def main(argv=None) -> int:
                 cells.append(f"{e.pick}:{e.busbw_gb_per_s:.0f}")
             print(f"{topo} x{len(ranks)} {coll}: " + "  ".join(
                 f"{s >> 10}K={cell}" if s < 1 << 20 else f"{s >> 20}M={cell}"
-                for s, cell in zip(sizes, cells)))
+                for s, cell in zip(sizes, cells, strict=True)))
     return 0
 
 

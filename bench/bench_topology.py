@@ -36,25 +36,25 @@ CONFIGS = {
 }
 
 
-def timed(fn):
+def timed(fn, *args, **kwargs):
     t = time.perf_counter()
-    out = fn()
+    out = fn(*args, **kwargs)
     return out, time.perf_counter() - t
 
 
 def bench_scale() -> None:
-    cluster, t_cluster = timed(lambda: load_cluster("dgx-h100-superpod", WORLD // 8))
+    cluster, t_cluster = timed(load_cluster, "dgx-h100-superpod", WORLD // 8)
     _, t_graph = timed(cluster.graph)
     print(f"cluster: {cluster.n_devices} GPUs, {cluster.n_leaves} leaves; load {t_cluster:.3f} s, "
           f"networkx graph {t_graph:.2f} s (not needed for placement or simulation)")
     print(f"{'config':28s} {'layout':>7s} {'place':>7s} {'locality':>9s} {'simulate':>9s} "
           f"{'total':>7s}  kinds findings gain")
     for name, sizes in CONFIGS.items():
-        lay, t_lay = timed(lambda: build_layout(ParallelismConfig(world_size=WORLD, **sizes)))
-        placement, t_place = timed(lambda: place_layout(lay, cluster))
-        (rows, findings), t_loc = timed(lambda: analyse(lay, placement))
-        rep, t_sim = timed(lambda: simulate(lay, placement, model_bytes=140e9, layers=80,
-                                            compute_ms=5.0))
+        lay, t_lay = timed(build_layout, ParallelismConfig(world_size=WORLD, **sizes))
+        placement, t_place = timed(place_layout, lay, cluster)
+        (rows, findings), t_loc = timed(analyse, lay, placement)
+        rep, t_sim = timed(simulate, lay, placement, model_bytes=140e9, layers=80,
+                             compute_ms=5.0)
         total = t_place + t_loc + t_sim
         print(f"{name:28s} {t_lay:7.3f} {t_place:7.3f} {t_loc:9.3f} {t_sim:9.3f} {total:7.3f}"
               f"  {len(rows):5d} {len(findings):8d} {rep.gain_pct:5.1f}%")

@@ -11,8 +11,13 @@ from __future__ import annotations
 import pytest
 
 from simharness.topology import TopologyError
-from simharness.topology.calibration import (BW_TOLERANCE, DEFAULT_PATH, TIME_FACTOR,
-                                             evaluate, load_points)
+from simharness.topology.calibration import (
+    BW_TOLERANCE,
+    DEFAULT_PATH,
+    TIME_FACTOR,
+    evaluate,
+    load_points,
+)
 
 POINTS = load_points(DEFAULT_PATH)
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from simharness.topology import TopologyError
-from simharness.topology.comm_memory import (MIB, CommMemoryInputs, comm_memory)
+from simharness.topology.comm_memory import MIB, CommMemoryInputs, comm_memory
 
 
 def test_buffers_per_protocol_follow_nccl_defaults():

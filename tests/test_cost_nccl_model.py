@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 
 from simharness.topology import TopologyError, load_cluster
 from simharness.topology.cost import predict
-from simharness.topology.nccl_model import (ALGOS, GroupShape, bus_factor, choose, tune)
+from simharness.topology.nccl_model import ALGOS, GroupShape, bus_factor, choose, tune
 
 H100_NODE = GroupShape(n_ranks=8, n_nodes=1, arch="hopper", intra_gb_per_s=370.8,
                        ring_gb_per_s=370.8, nvls=True)

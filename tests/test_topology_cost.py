@@ -103,8 +103,8 @@ def test_max_min_fairness_property(data):
     entries = {}
     for f in range(n_flows):
         links = data.draw(st.sets(st.integers(0, n_links - 1), min_size=1, max_size=n_links))
-        for l in links:
-            entries[(f, l)] = data.draw(st.sampled_from([0.25, 0.5, 1.0, 2.0]))
+        for li in links:
+            entries[(f, li)] = data.draw(st.sampled_from([0.25, 0.5, 1.0, 2.0]))
     flow = np.array([k[0] for k in entries])
     link = np.array([k[1] for k in entries])
     w = np.array(list(entries.values()))
@@ -114,8 +114,8 @@ def test_max_min_fairness_property(data):
     saturated = load >= cap * (1 - 1e-9)
     for f in range(n_flows):
         mine = link[flow == f]
-        assert any(saturated[l] and rate[f] >= rate[flow[link == l]].max() * (1 - 1e-9)
-                   for l in mine), (f, rate)
+        assert any(saturated[li] and rate[f] >= rate[flow[link == li]].max() * (1 - 1e-9)
+                   for li in mine), (f, rate)
 
 
 def test_groups_on_one_device_are_rejected():

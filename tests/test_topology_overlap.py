@@ -237,7 +237,7 @@ def test_gain_is_a_range_with_what_it_depends_on():
     lo, hi = rep.gain_range_pct
     assert lo <= rep.gain_pct <= hi
     assert any("issues collectives" in u for u in rep.unknowns)
-    assert rep.hbm_share is not None and 0 < rep.hbm_share
+    assert rep.hbm_share is not None and rep.hbm_share > 0
     # a topology without [node] sms: the SM scenario is not guessed, it is named unknown
     gloo = run(8, "cpu-loopback", 1, model_bytes=1e8, layers=4, compute_ms=1.0)
     assert [sc.name for sc in gloo.scenarios] == ["links shared", "links + one launch queue"]

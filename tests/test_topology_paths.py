@@ -57,7 +57,7 @@ def _nx_route(g, a, b, c=None):
     view = nx.subgraph_view(g, filter_node=lambda n: n[0] != "gpu" or n in (src, dst))
     path = nx.shortest_path(view, src, dst, weight="latency_us")
     links, cap, lat = [], [], 0.0
-    for u, v in zip(path, path[1:]):
+    for u, v in itertools.pairwise(path):
         e = g.edges[u, v]
         up = TIER_RANK[u[0]] < TIER_RANK[v[0]]
         links.append(e["links"][0] if up else e["links"][1])
@@ -127,10 +127,10 @@ def test_vectorised_ring_loads_equal_the_plain_model(clusters, data):
     rings = build_rings(c, rows)
     for i, row in enumerate(rows):
         ref = _reference_loads(c, row)
-        mine = {int(l): float(w) for f, l, w in zip(rings.flow, rings.link, rings.weight)
-                if f == i}
+        mine = {int(link): float(w)
+                for f, link, w in zip(rings.flow, rings.link, rings.weight, strict=True) if f == i}
         assert mine.keys() == ref.keys()
         for link, w in ref.items():
             assert mine[link] == pytest.approx(w)
-        alone = min(c.capacity[l] / w for l, w in ref.items())
+        alone = min(c.capacity[link] / w for link, w in ref.items())
         assert rings.alone_gb_per_s[i] == pytest.approx(alone)

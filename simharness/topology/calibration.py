@@ -15,11 +15,16 @@ point (busbw within ``BW_TOLERANCE``, time within ``TIME_FACTOR``), and
 from __future__ import annotations
 
 import math
-import tomllib
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # Python 3.10: the tomli backport, a dependency there
+    import tomli as tomllib
 
 from .cost import predict
 from .errors import TopologyError
@@ -59,7 +64,9 @@ class CalPoint:
 
     @property
     def measured(self) -> float:
-        return self.busbw if self.busbw is not None else self.time_us
+        value = self.busbw if self.busbw is not None else self.time_us
+        assert value is not None, "_point requires exactly one of busbw, time_us"
+        return value
 
     def devices(self, gpus_per_node: int) -> np.ndarray:
         """Device indices: the first ``ranks_per_node`` GPUs of each node used."""

@@ -63,9 +63,9 @@ class Cluster:
                 f"topology {spec.name!r} has no [scale_out] network, so it holds at most "
                 f"{spec.nodes_per_domain} node(s), got --nodes {n}")
         so = spec.scale_out
-        if so is not None and len(so.tiers) == 1 and n > so.tiers[0].nodes_per_switch:
+        if so is not None and len(so.tiers) == 1 and n > so.nodes_per_leaf:
             raise TopologyError(
-                f"topology {spec.name!r} has one switch tier of {so.tiers[0].nodes_per_switch} "
+                f"topology {spec.name!r} has one switch tier of {so.nodes_per_leaf} "
                 f"nodes per leaf and no spine, got --nodes {n}; lower --nodes or add a spine tier")
 
     # ------------------------------------------------------------ sizes
@@ -104,7 +104,7 @@ class Cluster:
 
     @property
     def nodes_per_leaf(self) -> int:
-        return self.spec.scale_out.tiers[0].nodes_per_switch if self.spec.scale_out else 0
+        return self.spec.scale_out.nodes_per_leaf if self.spec.scale_out else 0
 
     @property
     def n_leaf_groups(self) -> int:
@@ -272,7 +272,8 @@ class Cluster:
     @property
     def pxn(self) -> bool:
         """Whether cross-rail traffic takes NCCL's PXN detour (rail fabric, ``pxn`` on)."""
-        return self.rail_wired and self.spec.scale_out.pxn
+        so = self.spec.scale_out
+        return self.rail_wired and so is not None and so.pxn
 
     def pxn_proxy(self, a, b) -> np.ndarray:
         """The device that sends ``a``'s traffic to ``b`` onto the network.

@@ -14,8 +14,13 @@ as a path to any TOML file that follows the schema in ``topologies/README.md``.
 from __future__ import annotations
 
 import importlib.resources
-import tomllib
+import sys
 from pathlib import Path
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # Python 3.10: the tomli backport, a dependency there
+    import tomli as tomllib
 
 from .cluster import Cluster
 from .errors import TopologyError

@@ -269,7 +269,7 @@ def tune(shape: GroupShape, collective: str) -> Table:
     if s.arch is not None and s.arch not in ARCHS:
         raise TopologyError(f"unknown GPU architecture {s.arch!r}; expected one of "
                             f"{', '.join(ARCHS)}")
-    n, nodes, ppn = s.n_ranks, s.n_nodes, s.ppn
+    n, nodes = s.n_ranks, s.n_nodes
     nsteps = 2 * (n - 1) if coll == "all_reduce" else n - 1
     inter_steps = 0 if nodes == 1 else (2 * (nodes - 1) if coll == "all_reduce" else nodes - 1)
     entries: dict[tuple[str, str], tuple[float, float]] = {}
@@ -281,37 +281,37 @@ def tune(shape: GroupShape, collective: str) -> Table:
         entries[("ring", "simple")] = (lat, s.ring_gb_per_s * n / nsteps)
         return Table(coll, s, entries)
 
-    idx2 = min(nodes, 3) - 1
-    ll_max = LL_MAX_BW[s.arch][idx2] if nodes == 1 else LL_MAX_BW_INTEL[idx2]
-    ch = s.channels
     for algo in _enabled_algos(s, coll):
         for pi, proto in enumerate(PROTOS):
             if algo not in ("ring", "tree") and proto != "simple":
                 continue
-            bw = _algbw(s, coll, algo, proto, nsteps, ll_max, ch)
-            if bw <= 0:
-                continue
-            intra = HW_LAT["nvlink"][algo][pi]
-            inter = HW_LAT["net"]["tree" if ppn == 1 else algo][pi]
-            base = BASE_LAT[algo][pi]
-            if algo == "ring":
-                if nodes > 1:
-                    intra = max(intra, NET_OVERHEAD_US * (3 if proto == "simple" else 1))
-                lat = base + (nsteps - inter_steps) * intra + inter_steps * inter
-            elif algo == "tree":
-                lat = base + 2 * ((ppn - 1) * intra + _log2i(nodes) * inter)
-            elif algo == "collnet_direct":
-                lat = base + 2 * (min(1.0, ppn - 1) * intra + (ppn - 1) * 0.4) + inter
-            elif algo == "collnet_chain":
-                lat = base + 2 * (ppn - 1) * intra + inter
-            elif algo == "nvls":
-                lat = intra + (inter if nodes > 1 else 0.0)
-            elif algo == "nvls_tree":
-                lat = base + intra + 2 * _log2i(nodes) * inter
-            else:  # pat
-                lat = 8.0 + _log2i(nodes) * (inter / 3.5) + n * 2.8
-            entries[(algo, proto)] = (lat, bw)
+            bw = _algbw(s, s.arch, coll, algo, proto, nsteps)
+            if bw > 0:
+                entries[(algo, proto)] = (_latency(s, algo, pi, nsteps, inter_steps), bw)
     return Table(coll, s, entries)
+
+
+def _latency(s: GroupShape, algo: str, pi: int, nsteps: int, inter_steps: int) -> float:
+    """Latency (us) of one (algorithm, protocol ``PROTOS[pi]``), NCCL's formula per algorithm."""
+    n, nodes, ppn = s.n_ranks, s.n_nodes, s.ppn
+    intra = HW_LAT["nvlink"][algo][pi]
+    inter = HW_LAT["net"]["tree" if ppn == 1 else algo][pi]
+    base = BASE_LAT[algo][pi]
+    if algo == "ring":
+        if nodes > 1:
+            intra = max(intra, NET_OVERHEAD_US * (3 if PROTOS[pi] == "simple" else 1))
+        return base + (nsteps - inter_steps) * intra + inter_steps * inter
+    if algo == "tree":
+        return base + 2 * ((ppn - 1) * intra + _log2i(nodes) * inter)
+    if algo == "collnet_direct":
+        return base + 2 * (min(1.0, ppn - 1) * intra + (ppn - 1) * 0.4) + inter
+    if algo == "collnet_chain":
+        return base + 2 * (ppn - 1) * intra + inter
+    if algo == "nvls":
+        return intra + (inter if nodes > 1 else 0.0)
+    if algo == "nvls_tree":
+        return base + intra + 2 * _log2i(nodes) * inter
+    return 8.0 + _log2i(nodes) * (inter / 3.5) + n * 2.8  # pat
 
 
 def _enabled_algos(s: GroupShape, coll: str) -> list[str]:
@@ -330,27 +330,28 @@ def _enabled_algos(s: GroupShape, coll: str) -> list[str]:
     return out
 
 
-def _algbw(s: GroupShape, coll: str, algo: str, proto: str, nsteps: int, ll_max: float,
-           ch: int) -> float:
+def _algbw(s: GroupShape, arch: str, coll: str, algo: str, proto: str, nsteps: int) -> float:
     """Algorithm bandwidth (GB/s) of one (algorithm, protocol), NCCL's refinements applied."""
     idx2 = min(s.n_nodes, 3) - 1
+    ll_max = LL_MAX_BW[arch][idx2] if s.n_nodes == 1 else LL_MAX_BW_INTEL[idx2]
+    ch = s.channels
     ring = s.ring_gb_per_s
-    eff = NVLS_EFFICIENCY[s.arch]
+    eff = NVLS_EFFICIENCY[arch]
     if algo == "ring":
         bus = ring
         if proto == "ll":
             bus = min(ll_max, bus * 0.5)
         elif proto == "ll128":
-            bus = min(bus * 0.92, ch * PER_CH_MAX_RING_LL128[s.arch][idx2])
+            bus = min(bus * 0.92, ch * PER_CH_MAX_RING_LL128[arch][idx2])
         return bus * s.n_ranks / nsteps
     if algo == "tree":
         bus = s.intra_gb_per_s if s.n_nodes <= 2 else ring
-        bus = min(bus * 0.92, ch * PER_CH_MAX_TREE[s.arch][idx2])
+        bus = min(bus * 0.92, ch * PER_CH_MAX_TREE[arch][idx2])
         if proto == "ll":
             bus = min(bus / 3.8, ll_max)
         elif proto == "ll128":
             bus = min(bus * (7.0 / 9.0 if s.n_nodes == 1 else 120.0 / 128.0),
-                      ch * PER_CH_MAX_TREE_LL128[s.arch][idx2])
+                      ch * PER_CH_MAX_TREE_LL128[arch][idx2])
         return bus * 0.5
     if algo == "nvls":
         intra = s.intra_gb_per_s * eff

@@ -101,27 +101,76 @@ class OpsResult:
         return self.one.step_s - self.separate.step_s
 
 
+@dataclass
+class _InFlight:
+    """A running collective: in ``phase`` "lat" until time ``value``, then "bw"
+    with ``value`` bytes left to move (mutable event-loop state)."""
+
+    op: str
+    layer: int
+    phase: str
+    value: float
+
+
+_Queued = tuple[str, int, int]  # (op, layer, issue number)
+
+
+def _launch(queues: dict[str, deque[_Queued]], running: dict[str, _InFlight | None],
+            cost: dict[str, OpCost], t: float, single_queue: bool) -> bool:
+    """Start the head of every idle queue (only the earliest issued one when
+    ``single_queue``); whether anything started."""
+    first = min((qq[0][2] for qq in queues.values() if qq), default=None)
+    started = False
+    for q, queue in queues.items():
+        if running[q] is None and queue and (not single_queue or queue[0][2] == first):
+            op, layer, _ = queue.popleft()
+            running[q] = _InFlight(op, layer, "lat", t + cost[op].alpha_s)
+            started = True
+    return started
+
+
+def _advance(busy: dict[str, _InFlight], finish: dict[str, float], rate: dict[str, float],
+             cost: dict[str, OpCost], t: float, t_next: float) -> list[str]:
+    """Move every running collective from ``t`` to ``t_next``: bytes drain,
+    latencies end (a collective with bytes enters its "bw" phase); the queues
+    whose collective completed, in order."""
+    done = []
+    for q, cur in busy.items():
+        if finish[q] > t_next:
+            if cur.phase == "bw":
+                cur.value = max(cur.value - rate[q] * (t_next - t), 0.0)
+        elif cur.phase == "lat" and cost[cur.op].volume_bytes > 0:
+            cur.phase, cur.value = "bw", cost[cur.op].volume_bytes
+        else:
+            done.append(q)
+    return done
+
+
 def _timeline(layers: int, compute_s: float, rs: OpCost, ag: OpCost, separate: bool,
               sm_fraction: float = 0.0, single_queue: bool = False) -> Timeline:
     """Discrete-event run of one rank's backward pass.
 
-    Each in-flight collective is ``[op, layer, phase, value]``: ``phase`` "lat"
-    with ``value`` = the time its latency ends, or "bw" with ``value`` = bytes
-    left. Compute runs at speed ``1 - sm_fraction * k`` while ``k`` collective
-    kernels run (each NCCL kernel holds one CTA per channel, i.e. that share of
-    the SMs). ``single_queue`` (``CUDA_DEVICE_MAX_CONNECTIONS=1``: every
-    stream feeds one hardware queue) launches collectives in issue order: one
-    waiting for its communicator's previous collective holds back every later
-    one, on any communicator. The op (or compute) whose event is the earliest
-    completes exactly at that event, so the loop always advances.
+    Each in-flight collective is an :class:`_InFlight`. Compute runs at speed
+    ``1 - sm_fraction * k`` while ``k`` collective kernels run (each NCCL
+    kernel holds one CTA per channel, i.e. that share of the SMs).
+    ``single_queue`` (``CUDA_DEVICE_MAX_CONNECTIONS=1``: every stream feeds one
+    hardware queue) launches collectives in issue order: one waiting for its
+    communicator's previous collective holds back every later one, on any
+    communicator. The op (or compute) whose event is the earliest completes
+    exactly at that event, so the loop always advances.
     """
     cost = {"rs": rs, "ag": ag}
-    queues = {"rs": deque(), "ag": deque()} if separate else {"one": deque()}
-    qname = (lambda op: op) if separate else (lambda op: "one")
-    running: dict[str, list | None] = {q: None for q in queues}
+    queues: dict[str, deque[_Queued]] = (
+        {"rs": deque(), "ag": deque()} if separate else {"one": deque()})
+
+    def qname(op: str) -> str:
+        return op if separate else "one"
+
+    running: dict[str, _InFlight | None] = {q: None for q in queues}
     ag_done = [math.inf] * layers
     t = 0.0
-    next_layer, comp_left, rs_left = 0, None, layers
+    next_layer, rs_left = 0, layers
+    comp_left: float | None = None
     overlap = shared_time = 0.0
     seq = iter(range(1 << 62))
     queues[qname("ag")].append(("ag", 0, next(seq)))
@@ -134,19 +183,13 @@ def _timeline(layers: int, compute_s: float, rs: OpCost, ag: OpCost, separate: b
                 if next_layer + 1 < layers:
                     queues[qname("ag")].append(("ag", next_layer + 1, next(seq)))
                 progressed = True
-            first = min((qq[0][2] for qq in queues.values() if qq), default=None)
-            for q, queue in queues.items():
-                if running[q] is None and queue and (not single_queue or queue[0][2] == first):
-                    op, layer, _ = queue.popleft()
-                    running[q] = [op, layer, "lat", t + cost[op].alpha_s]
-                    progressed = True
-        busy = [q for q in running if running[q] is not None]
-        moving = [q for q in busy if running[q][2] == "bw"]
-        shared = len(moving) == 2
-        rate = {q: (cost[running[q][0]].rate_shared if shared else cost[running[q][0]].rate_alone)
-                for q in moving}
-        finish = {q: (running[q][3] if running[q][2] == "lat" else t + running[q][3] / rate[q])
-                  for q in busy}
+            progressed = _launch(queues, running, cost, t, single_queue) or progressed
+        busy = {q: cur for q, cur in running.items() if cur is not None}
+        shared = sum(cur.phase == "bw" for cur in busy.values()) == 2
+        rate = {q: cost[cur.op].rate_shared if shared else cost[cur.op].rate_alone
+                for q, cur in busy.items() if cur.phase == "bw"}
+        finish = {q: cur.value if cur.phase == "lat" else t + cur.value / rate[q]
+                  for q, cur in busy.items()}
         speed = max(1.0 - sm_fraction * len(busy), 1e-3)
         comp_end = None if comp_left is None else t + comp_left / speed
         events = list(finish.values()) + ([comp_end] if comp_end is not None else [])
@@ -157,21 +200,14 @@ def _timeline(layers: int, compute_s: float, rs: OpCost, ag: OpCost, separate: b
             overlap += t_next - t
         if shared:
             shared_time += t_next - t
-        for q in busy:
-            cur = running[q]
-            if finish[q] > t_next:
-                if cur[2] == "bw":
-                    cur[3] = max(cur[3] - rate[q] * (t_next - t), 0.0)
-                continue
-            if cur[2] == "lat" and cost[cur[0]].volume_bytes > 0:
-                cur[2], cur[3] = "bw", cost[cur[0]].volume_bytes
-                continue
-            if cur[0] == "ag":
-                ag_done[cur[1]] = t_next
+        for q in _advance(busy, finish, rate, cost, t, t_next):
+            cur = busy[q]
+            if cur.op == "ag":
+                ag_done[cur.layer] = t_next
             else:
                 rs_left -= 1
             running[q] = None
-        if comp_left is not None:
+        if comp_left is not None and comp_end is not None:
             comp_left = 0.0 if comp_end <= t_next else comp_left - speed * (t_next - t)
         t = t_next
         if comp_left is not None and comp_left <= 0.0:
