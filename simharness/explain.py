@@ -18,8 +18,9 @@ that fails is marked, and ``error`` carries the library's message.
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, Mapping
+from typing import Any
 
 from .config import ALIASES, DEFAULT_MCORE, ParallelismConfig
 from .errors import SimharnessError
@@ -118,7 +119,7 @@ def _derived(c: ParallelismConfig, given: Mapping[str, Any]) -> list[Derived]:
         lcm = math.lcm(c.model_size, c.expert_model_size)
         world = Derived("world_size", W, f"world = lcm({form}, {eform}) = lcm({c.model_size}, "
                         f"{c.expert_model_size}) = {W}"
-                        + (" (grown until the optimizer instances divide dp)" if W != lcm else ""),
+                        + (" (grown until the optimizer instances divide dp)" if lcm != W else ""),
                         "not given: the smallest world the sizes fit")
     src = ("given" if given.get("order") else
            "use_tp_pp_dp_mapping" if c.use_tp_pp_dp_mapping else "default")

@@ -19,15 +19,15 @@ error is the one megatron-core of that profile raises first.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Callable, Iterator
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from .errors import LayoutError, SimharnessError
 from .grid import Grid, inject_gtp
-from .profiles import (DEFAULT_ORDER, Profile, ag_grids_after_init, get_profile,
-                       hybrid_chunk_sizes)
+from .profiles import DEFAULT_ORDER, Profile, ag_grids_after_init, get_profile, hybrid_chunk_sizes
 
 if TYPE_CHECKING:  # pragma: no cover
     from .config import ParallelismConfig
@@ -54,7 +54,7 @@ class Verdict:
 class Facts:
     """What the rules read: the configuration, the profile and the torch world."""
 
-    cfg: "ParallelismConfig"
+    cfg: ParallelismConfig
     profile: Profile
     torch_world: int  # ranks of the job's torch world (rank_offset + world_size unless given)
 
@@ -88,7 +88,7 @@ def _rule(name: str, statement: str, megatron_error: str | None, source: str = M
 
 
 # ------------------------------------------------ Megatron's generators, exactly
-def _sizes(cfg: "ParallelismConfig", expert: bool, gtp_axis: bool) -> dict[str, int]:
+def _sizes(cfg: ParallelismConfig, expert: bool, gtp_axis: bool) -> dict[str, int]:
     """RankGenerator's ``name_to_size`` (its key order is the append order)."""
     if expert:
         sizes = dict(tp=cfg.etp, pp=cfg.pp, dp=cfg.edp, ep=cfg.ep, cp=1)
@@ -244,7 +244,7 @@ def _world_covers_pipeline(f: Facts) -> Verdict:
     W, pp = f.cfg.world_size, f.cfg.pp
     # NeMo's ValueError comes first in a NeMo run; megatron-core alone raises RuntimeError
     # here (W < pp means W is not divisible by tp*pp*cp).
-    return Verdict(W >= pp, f"world >= pp: {W} >= {pp}", (
+    return Verdict(pp <= W, f"world >= pp: {W} >= {pp}", (
         f"world_size ({W}) is smaller than pipeline_model_parallel_size ({pp}) (NeMo: "
         f"'Expected world_size ({W}) to be greater than/equal to pipeline size ({pp})'); use "
         f"at least {pp} ranks or a smaller pipeline."),
@@ -308,13 +308,13 @@ def _gtp_one_instance(f: Facts) -> Verdict | None:
         f"or GTP sizes of 1."))
 
 
-def model_formula(c: "ParallelismConfig") -> tuple[str, str]:
+def model_formula(c: ParallelismConfig) -> tuple[str, str]:
     gtp = c.gtp_remat_size > 1
     return (f"tp*pp*cp{'*gtp' if gtp else ''}",
             f"{c.tp}*{c.pp}*{c.cp}{f'*{c.gtp_remat_size}' if gtp else ''}")
 
 
-def expert_formula(c: "ParallelismConfig") -> tuple[str, str]:
+def expert_formula(c: ParallelismConfig) -> tuple[str, str]:
     egtp = c.expert_gtp_remat_size > 1
     return (f"etp*ep*pp{'*egtp' if egtp else ''}",
             f"{c.etp}*{c.ep}*{c.pp}{f'*{c.expert_gtp_remat_size}' if egtp else ''}")
@@ -579,12 +579,12 @@ def _repeated_token_groups(f: Facts) -> Verdict | None:
 
 
 # ------------------------------------------------------------------- evaluation
-def _facts(cfg: "ParallelismConfig", mcore: str, world: int | None) -> Facts:
+def _facts(cfg: ParallelismConfig, mcore: str, world: int | None) -> Facts:
     top = cfg.rank_offset + cfg.world_size if world is None else int(world)
     return Facts(cfg, get_profile(mcore), top)
 
 
-def evaluate_all(cfg: "ParallelismConfig", mcore: str,
+def evaluate_all(cfg: ParallelismConfig, mcore: str,
                  world: int | None = None) -> Iterator[tuple[Rule, Verdict | None]]:
     """Every rule with its verdict (None: does not apply; ``holds=None``-like rules that
     cannot be evaluated after an earlier failure yield a verdict of their own error)."""
@@ -596,7 +596,7 @@ def evaluate_all(cfg: "ParallelismConfig", mcore: str,
             yield rule, Verdict(False, f"cannot be evaluated: {exc}", str(exc))
 
 
-def first_failure(cfg: "ParallelismConfig", mcore: str,
+def first_failure(cfg: ParallelismConfig, mcore: str,
                   world: int | None = None) -> LayoutError | None:
     """The error megatron-core ``mcore`` raises first for ``cfg`` (None: it accepts).
 

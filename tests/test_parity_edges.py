@@ -32,9 +32,9 @@ import warnings
 from collections import Counter
 from pathlib import Path
 
+import megatron_harness as H  # tests/ is on sys.path under pytest
 import pytest
 
-import megatron_harness as H  # noqa: E402  (tests/ is on sys.path under pytest)
 from simharness import LayoutError, ParallelismConfig, build_layout
 from simharness.profiles import get_profile
 
