@@ -5,11 +5,12 @@ The core (config, grid, plan, layout, checks) is pure: it never imports
 """
 
 from .checks import check
-from .config import DEFAULT_MCORE, MCORE_PROFILES, ParallelismConfig
+from .config import ParallelismConfig
 from .errors import GroupNotInitialized, LayoutError, SimharnessError
 from .findings import Finding
 from .layout import Collectives, Layout, RankView, build_layout
 from .plan import GroupCreation
+from .profiles import DEFAULT_MCORE, MCORE_PROFILES
 
 __version__ = "0.1.0"
 

@@ -19,6 +19,7 @@ groups and ranks concerned. The checks, by code:
 ``ag-cost``          communicators the option adds per rank
 ``ag-scope``         with several optimizer instances, AG spans dp*cp, the partial DP group less
 ``ag-expert-none``   0.16 (0.16-0.17) has no expert AG group: expert all-gathers serialise
+``ag-window``        0.18+: AG groups reach outside the job's ranks (rank_offset > 0)
 ``creation-order``   the sequence seen by sampled ranks equals the global one
 ``suspicious-*``     inputs Megatron accepts but that look wrong (warnings)
 ``communicators``    communicators per rank (info)
@@ -399,6 +400,41 @@ def _compare_ag(w: _World, ag: str, base: str, cause: str) -> list[Finding]:
     return out
 
 
+def _in_window(w: _World, ranks: np.ndarray) -> np.ndarray:
+    """The entries of ``ranks`` that belong to the job (``offset <= r < offset + W``)."""
+    return ranks[(ranks >= w.off) & (ranks < w.off + w.W)]
+
+
+def _ag_window(w: _World, ag_kinds: list[str]) -> list[Finding]:
+    """AG groups that reach outside the job's ranks (0.18+: offset 0 hard-coded).
+
+    Megatron creates them anyway (every rank is in the torch world), so nothing
+    raises: a job rank outside ``0..W-1`` gets no AG group (``create_all_gather_groups``
+    returns None on it), and the others share AG groups with ranks of another job.
+    """
+    out = []
+    for kind in ag_kinds:
+        a = w.layout.groups(kind)
+        outside = ((a < w.off) | (a >= w.off + w.W)).any(axis=1)
+        if not outside.any():
+            continue
+        covered = np.zeros(w.W, dtype=bool)
+        covered[_in_window(w, a.ravel()) - w.off] = True
+        orphans = np.flatnonzero(~covered) + w.off
+        lo, hi = int(a.min()), int(a.max())
+        out.append(Finding(
+            "ag-window", "error",
+            f"{kind} ({w.layout.desc(kind)}): create_all_gather_groups() builds its groups on "
+            f"ranks {lo}..{hi} (it hard-codes rank_offset 0), but this job's ranks are "
+            f"{w.off}..{w.off + w.W - 1}: {int(outside.sum())} of {a.shape[0]} AG groups hold "
+            f"ranks outside the job (e.g. {_fmt_groups(a[outside])}); {orphans.size} job "
+            f"rank(s) get no AG group (Megatron returns None there) and the rest would "
+            f"all-gather with ranks of another job. Megatron raises nothing; use rank_offset 0 "
+            f"with the option, or mcore 0.16/0.17 (Megatron-LM issue #4261)",
+            _ranks(orphans if orphans.size else np.unique(a[outside])), (kind,)))
+    return out
+
+
 def check_all_gather(w: _World) -> list[Finding]:
     lay = w.layout
     c = lay.config
@@ -441,6 +477,7 @@ def check_all_gather(w: _World) -> list[Finding]:
         out.append(Finding("ag-missing", "error",
                            f"create_all_gather_group is on but {missing} were not created",
                            (), tuple(missing)))
+    out += _ag_window(w, ag_kinds)
     if lay.has("dp_cp_ag"):
         out += _compare_ag(w, "dp_cp_ag", "dp_cp", cause)
     if lay.has("ep_dp_ag"):
@@ -465,8 +502,8 @@ def check_all_gather(w: _World) -> list[Finding]:
                            f"the full DP-with-CP group of {c.dp * c.cp}: the two do not line up",
                            (), ("dp_cp_ag", "intra_dp_cp")))
     if ag_kinds:
-        per_rank = {k: int(np.bincount(lay.groups(k).ravel() - w.off, minlength=w.W).max())
-                    for k in ag_kinds}
+        per_rank = {k: int(np.bincount(_in_window(w, lay.groups(k).ravel()) - w.off,
+                                       minlength=w.W).max()) for k in ag_kinds}
         added = sum(per_rank.values())
         groups_total = sum(lay.groups(k).shape[0] for k in ag_kinds)
         out.append(Finding("ag-cost", "info",
@@ -521,6 +558,14 @@ def check_suspicious(w: _World) -> list[Finding]:
                            f"ep*etp = {c.ep}*{c.etp} = {c.ep * c.etp} > tp*cp = {c.tp * c.cp}: "
                            f"expert groups reach into the data-parallel dimension "
                            f"(expert dp {c.edp} vs dp {c.dp})"))
+    tokens = c.order.lower().split("-")
+    repeated = sorted({t for t in tokens if tokens.count(t) > 1})
+    if repeated:
+        out.append(Finding("suspicious-order", "warning",
+                           f"order {c.order!r} repeats {', '.join(map(repr, repeated))}: "
+                           f"Megatron does not check it and gives the groups of the first "
+                           f"occurrence only because the repeat changes no group here (size 1, "
+                           f"or only size-1 dimensions after it); name each dimension once"))
     n = c.num_distributed_optimizer_instances
     if n > 1 and c.dp % n:
         out.append(Finding("suspicious-instances", "warning",

@@ -11,28 +11,30 @@ NeMo's names and defaults, plus the Megatron-only inputs that change the groups
 >>> cfg.data_parallel_size, cfg.order, cfg.model_parallel_size
 (2, 'tp-cp-ep-dp-pp', 4)
 
-Validation mirrors what Megatron-Core (``initialize_model_parallel`` and
-``RankGenerator``) and NeMo (``init_parallel_ranks``,
-``initialize_model_parallel_for_nemo``) reject; every rejection is a
-:class:`~simharness.errors.LayoutError` that names the values and the fix.
-Inputs Megatron accepts but that look wrong are not errors here: the checker
-reports them as warnings (see :func:`simharness.checks.check`).
+Validation (:func:`validate`) runs the rule table of :mod:`simharness.rules`:
+what Megatron-Core (``initialize_model_parallel``, ``RankGenerator``,
+``create_all_gather_groups``, torch's ``new_group``) and NeMo
+(``init_parallel_ranks``, ``initialize_model_parallel_for_nemo``) reject, per
+megatron-core profile, in Megatron's order; every rejection is a
+:class:`~simharness.errors.LayoutError` that names the values and the fix and
+carries Megatron's exception type. Inputs Megatron accepts but that look wrong
+are not errors here: the checker reports them as warnings (see
+:func:`simharness.checks.check`). ``DEFAULT_ORDER``, ``MCORE_PROFILES`` and
+``DEFAULT_MCORE`` are defined in :mod:`simharness.profiles` (imported here).
 """
 
 from __future__ import annotations
 
 import dataclasses
 import math
-from dataclasses import dataclass, field, fields
+from dataclasses import InitVar, dataclass, field, fields
 from typing import Any, Mapping
 
 from .errors import LayoutError
+from .profiles import DEFAULT_MCORE, DEFAULT_ORDER, MCORE_PROFILES, megatron_kwargs
+from .rules import first_failure
 
-DEFAULT_ORDER = "tp-cp-ep-dp-pp"
-TP_PP_DP_ORDER = "tp-cp-ep-pp-dp"
-ORDER_TOKENS = ("tp", "cp", "ep", "dp", "pp")
-MCORE_PROFILES = ("0.16", "0.18", "0.19")  # see simharness.profiles.PROFILES
-DEFAULT_MCORE = "0.19"
+TP_PP_DP_ORDER = "tp-cp-ep-pp-dp"  # NeMo's use_tp_pp_dp_mapping
 
 # Fields that decide which groups exist (the rest are carried into exports).
 GROUP_FIELDS = (
@@ -115,9 +117,11 @@ class ParallelismConfig:
     expert_gtp_remat_size: int = 1
     distributed_timeout_minutes: int = 30
     high_priority_stream_groups: tuple[str, ...] = field(default=())
+    # Not a field: ``_validate=False`` builds without :func:`validate` (explain, from_megatron).
+    _validate: InitVar[bool] = True
 
     # ------------------------------------------------------------------ build
-    def __post_init__(self):
+    def __post_init__(self, _validate: bool = True):
         set_ = lambda k, v: object.__setattr__(self, k, v)  # noqa: E731 (frozen)
         if self.order is None:
             set_("order", TP_PP_DP_ORDER if self.use_tp_pp_dp_mapping else DEFAULT_ORDER)
@@ -142,7 +146,8 @@ class ParallelismConfig:
         self._check_types()
         if self.world_size is None:
             set_("world_size", self._smallest_world())
-        validate(self)
+        if _validate:
+            validate(self)
 
     def _check_types(self) -> None:
         for name in ("tensor_model_parallel_size", "pipeline_model_parallel_size",
@@ -191,7 +196,8 @@ class ParallelismConfig:
         return tuple(f.name for f in fields(cls))
 
     @classmethod
-    def from_dict(cls, data: Mapping[str, Any], **overrides) -> "ParallelismConfig":
+    def from_dict(cls, data: Mapping[str, Any], *, _validate: bool = True,
+                  **overrides) -> "ParallelismConfig":
         """Build from a mapping of field names (NeMo's, or the short aliases).
 
         Unknown keys are an error that lists the close matches.
@@ -220,7 +226,7 @@ class ParallelismConfig:
                 f"hierarchical_context_parallel_sizes.",
                 unknown=unknown,
             )
-        return cls(**kwargs)
+        return cls(**kwargs, _validate=_validate)
 
     @classmethod
     def from_object(cls, obj: Any, **overrides) -> "ParallelismConfig":
@@ -260,8 +266,6 @@ class ParallelismConfig:
         ...     create_all_gather_group=True, mcore="0.16").create_all_gather_group
         True
         """
-        from .profiles import megatron_kwargs  # local: profiles imports this module
-
         allowed = megatron_kwargs(mcore)
         bad = sorted(set(kwargs) - set(allowed))
         if bad:
@@ -295,7 +299,9 @@ class ParallelismConfig:
         cfg.setdefault("world_size", world_size)
         if "order" not in cfg:
             cfg["order"] = DEFAULT_ORDER
-        return cls(**cfg)
+        out = cls(**cfg, _validate=False)
+        validate(out, mcore, world=world_size)
+        return out
 
     def replace(self, **changes) -> "ParallelismConfig":
         """A copy with some fields changed (validated again)."""
@@ -396,224 +402,33 @@ class ParallelismConfig:
         return range(self.rank_offset, self.rank_offset + self.world_size)
 
 
-def order_problem(order: str, sizes: Mapping[str, int]) -> LayoutError | None:
-    """Megatron's RankGenerator order handling, as an error or None.
+def validate(cfg: ParallelismConfig, mcore: str | None = None, *,
+             world: int | None = None) -> None:
+    """Raise :class:`LayoutError` for an input megatron-core ``mcore`` (or NeMo) rejects.
 
-    Checked in Megatron's sequence: a dimension of size > 1 missing from the
-    order first (``RuntimeError``), then tokens it has no size for (the
-    ``name_to_size`` lookup: ``KeyError``). Megatron does not check for a
-    repeated token; simharness rejects it (``values["repeated"]`` names the
-    tokens, and :func:`validate` works out what Megatron would do).
+    The rules are :data:`simharness.rules.RULES`, checked in Megatron's order, so the
+    error is the one Megatron (or NeMo, for ``world < pp``) raises first, with its
+    exception type in ``megatron_error``. ``world`` is the torch world when the job is a
+    window of it (``local_world_size``); it defaults to ``rank_offset + world_size``.
+    Without ``mcore`` (a bare :class:`ParallelismConfig`) the input must be valid for
+    some profile; the default profile's error is raised when none takes it.
 
-    >>> order_problem("tp-dp-pp", {"tp": 2, "cp": 2, "ep": 1, "dp": 2, "pp": 1}).megatron_error
-    'RuntimeError'
-    >>> order_problem("tp-xx-dp-pp", {"tp": 2, "cp": 2, "ep": 1, "dp": 2, "pp": 1}).megatron_error
-    'RuntimeError'
+    >>> cfg = ParallelismConfig(world_size=8, order="cp-ep-dp-pp")   # valid for 0.16-0.18
+    >>> try:
+    ...     validate(cfg, "0.19")
+    ... except LayoutError as exc:
+    ...     print(exc.megatron_error, exc.values["rule"])
+    ValueError tp-token
     """
-    low = order.lower()
-    tokens = low.split("-")
-    for name, size in sizes.items():
-        # Megatron tests substring membership on the lowercased order.
-        if name not in low and size != 1:
-            return LayoutError(
-                f"order {order!r} has no {name!r} but its size is {size} (Megatron: 'The size of "
-                f"({name}) is ({size}), but you haven'tspecified the order ({order}).'); add "
-                f"'{name}' to the order, e.g. {DEFAULT_ORDER!r}.",
-                megatron_error="RuntimeError", order=order, **{name: size})
-    unknown = [t for t in tokens if t not in sizes]
-    if unknown:
-        return LayoutError(
-            f"order {order!r} has unknown token(s) {', '.join(map(repr, unknown))}; use only "
-            f"{', '.join(sizes)} joined by '-', e.g. {DEFAULT_ORDER!r}.",
-            megatron_error="KeyError", order=order)
-    dup = sorted({t for t in tokens if tokens.count(t) > 1})
-    if dup:
-        return LayoutError(
-            f"order {order!r} repeats {', '.join(map(repr, dup))}; name each dimension once, "
-            f"e.g. {DEFAULT_ORDER!r}.", order=order, repeated=dup)
-    return None
-
-
-# Tokens initialize_model_parallel asks each generator for (every other list is a
-# part of one of these).
-_DENSE_TOKENS = ("dp-cp", "dp", "cp", "tp-pp", "tp", "pp", "tp-dp-cp", "tp-dp", "tp-cp")
-_EXPERT_TOKENS = ("ep", "tp", "tp-ep", "tp-ep-pp", "dp")
-
-
-def _repeated_order_outcome(cfg: "ParallelismConfig") -> str | None:
-    """What Megatron does with an order that names a dimension twice.
-
-    It does not check: its RankGenerator keeps one size per token occurrence, so
-    it enumerates a grid of ``W * s`` positions (``s`` the repeated sizes), masks
-    the first occurrence, and ``get_ranks`` returns the first ``W // group_size``
-    groups. It fails only when the two generators' pipeline lists then differ
-    (``AssertionError``) or a group holds a rank ``>= W`` (torch's ``new_group``:
-    ``ValueError: Rank N is out of range``); otherwise it accepts the input.
-    """
-    import numpy as np
-
-    from .grid import Grid
-
-    W = cfg.world_size
-
-    def megatron_grid(sizes: dict[str, int]) -> Grid:
-        low = cfg.order.lower()
-        for name in sizes:  # Megatron appends missing names in name_to_size order
-            if name not in low:
-                low = f"{low}-{name}"
-        names = tuple(low.split("-"))
-        return Grid(names, tuple(sizes[t] for t in names))
-
-    def lists(grid: Grid, token: str) -> np.ndarray:
-        return grid.groups(token)[: W // grid.group_size(token)]
-
-    dense = megatron_grid(dict(tp=cfg.tp, pp=cfg.pp, dp=cfg.dp, ep=1, cp=cfg.cp))
-    expert = megatron_grid(dict(tp=cfg.etp, pp=cfg.pp, dp=cfg.edp, ep=cfg.ep, cp=1))
-    if not np.array_equal(lists(dense, "pp"), lists(expert, "pp")):
-        return "AssertionError"
-    for grid, tokens in ((dense, _DENSE_TOKENS), (expert, _EXPERT_TOKENS)):
-        if any(int(lists(grid, t).max()) >= W for t in tokens):
-            return "ValueError"
-    return None
-
-
-_order_problem = order_problem  # former private name
-
-
-def validate(cfg: ParallelismConfig) -> None:
-    """Raise :class:`LayoutError` for every input Megatron-Core or NeMo rejects.
-
-    Checks run in Megatron's order, so the first error is the one Megatron
-    (or NeMo, for ``world < pp``) would raise. Profile-specific rules
-    (gtp_remat before 0.19, the 0.19 GTP limits) live in ``profiles``.
-    """
-    W, tp, pp, cp, ep = cfg.world_size, cfg.tp, cfg.pp, cfg.cp, cfg.ep
-    n = cfg.num_distributed_optimizer_instances
-    # NeMo's init_parallel_ranks / initialize_model_parallel_for_nemo.
-    if W < pp:
-        raise LayoutError(
-            f"world_size ({W}) is smaller than pipeline_model_parallel_size ({pp}) "
-            f"(NeMo: 'Expected world_size ({W}) to be greater than/equal to pipeline size "
-            f"({pp})'); use at least {pp} ranks or a smaller pipeline.",
-            # NeMo's ValueError comes first in a NeMo run; megatron-core alone raises
-            # RuntimeError here (W < pp means W is not divisible by tp*pp*cp).
-            megatron_error="RuntimeError", nemo_error="ValueError", world_size=W,
-            pipeline_model_parallel_size=pp)
-    if cfg.encoder_pipeline_model_parallel_size != 0:
-        raise LayoutError(
-            f"encoder_pipeline_model_parallel_size={cfg.encoder_pipeline_model_parallel_size}: "
-            f"NeMo asserts it is 0 (the encoder/decoder split was removed from megatron-core); "
-            f"set it to 0.", megatron_error="AssertionError")
-    if cfg.encoder_tensor_model_parallel_size not in (0, tp):
-        raise LayoutError(
-            f"encoder_tensor_model_parallel_size={cfg.encoder_tensor_model_parallel_size} must be "
-            f"0 or equal to tensor_model_parallel_size ({tp}) (NeMo asserts it); set it to 0.",
-            megatron_error="AssertionError")
-    # SHARP pre-checks.
-    if cfg.use_sharp:
-        if cfg.sharp_enabled_group not in (None, "dp", "dp_replica"):
-            raise LayoutError(
-                f"sharp_enabled_group={cfg.sharp_enabled_group!r} is invalid (Megatron: "
-                f"'Invalid sharp_enabled_group'); use 'dp' or 'dp_replica'.",
-                megatron_error="AssertionError")
-        if cfg.sharp_enabled_group == "dp_replica" and n <= 1:
-            raise LayoutError(
-                "sharp_enabled_group='dp_replica' needs num_distributed_optimizer_instances > 1 "
-                f"(got {n}); raise the instances or use 'dp'.", megatron_error="AssertionError")
-    elif cfg.sharp_enabled_group is not None:
-        raise LayoutError(
-            f"sharp_enabled_group={cfg.sharp_enabled_group!r} is only valid with use_sharp=True; "
-            "set use_sharp or drop sharp_enabled_group.", megatron_error="AssertionError")
-    # megatron-core 0.19 asserts this before the divisibility checks (GTP exists only from 0.19;
-    # the 0.16 and 0.18 profiles reject any GTP size > 1 in profiles.validate_profile).
-    if (cfg.gtp_remat_size > 1 or cfg.expert_gtp_remat_size > 1) and n > 1:
-        raise LayoutError(
-            f"gtp_remat_size={cfg.gtp_remat_size}, expert_gtp_remat_size="
-            f"{cfg.expert_gtp_remat_size} with "
-            f"num_distributed_optimizer_instances={n} (Megatron 0.19: 'GTP_remat with "
-            f"num_distributed_optimizer_instances > 1 is not yet supported.'); use one instance "
-            f"or GTP sizes of 1.", megatron_error="AssertionError")
-    # Divisibility of the dense grid.
-    if W % cfg.model_size:
-        gtp = f"*gtp_remat({cfg.gtp_remat_size})" if cfg.gtp_remat_size > 1 else ""
-        raise LayoutError(
-            f"world_size ({W}) is not divisible by {cfg.model_size} = tp({tp})*pp({pp})*cp({cp})"
-            f"{gtp} (Megatron: 'world_size ({W}) is not divisible by {cfg.model_size}'); use a "
-            f"world that is a multiple of {cfg.model_size}, e.g. "
-            f"{(W // cfg.model_size + 1) * cfg.model_size}, or change tp/pp/cp.",
-            megatron_error="RuntimeError", world_size=W, model_size=cfg.model_size)
-    if cfg.virtual_pipeline_model_parallel_size is not None and pp <= 1:
-        raise LayoutError(
-            f"virtual_pipeline_model_parallel_size={cfg.virtual_pipeline_model_parallel_size} "
-            f"needs pipeline_model_parallel_size > 1 (got {pp}) (Megatron: 'pipeline-model-"
-            f"parallel size should be greater than 1 with interleaved schedule'); unset vpp or "
-            f"raise pp.", megatron_error="RuntimeError")
-    # Generators: dense first, then expert (Megatron's order).
-    problem = order_problem(cfg.order, {"tp": tp, "pp": pp, "dp": cfg.dp, "ep": 1, "cp": cp})
-    repeated = problem if problem is not None and problem.values.get("repeated") else None
-    if problem and not repeated:
-        raise problem
-    emp = cfg.expert_model_size
-    if W % emp:
-        raise LayoutError(
-            f"world_size ({W}) is not divisible by expert_tensor_model_pipeline_parallel size "
-            f"({emp}) = etp({cfg.etp})*ep({ep})*pp({pp}) (Megatron RuntimeError); use a world "
-            f"that is a multiple of {emp} or change expert_tensor_parallel_size / "
-            f"expert_model_parallel_size.",
-            megatron_error="RuntimeError", world_size=W, expert_model_size=emp)
-    problem = order_problem(cfg.order, {"tp": cfg.etp, "pp": pp, "dp": cfg.edp, "ep": ep,
-                                         "cp": 1})
-    if problem and not problem.values.get("repeated"):
-        raise problem
-    if not (cfg.pp_last or pp == 1 or cfg.edp == cfg.dp):
-        raise LayoutError(
-            f"order {cfg.order!r} does not end with 'pp', pp={pp} > 1 and the expert data-"
-            f"parallel size ({cfg.edp}) differs from the data-parallel size ({cfg.dp}) (Megatron: "
-            f"'When not using pp-last rank ordering, the data parallel size of the attention and "
-            f"moe layers must be the same'); make etp*ep equal tp*cp ({tp * cp}) or use a pp-last "
-            f"order such as {DEFAULT_ORDER!r}.",
-            megatron_error="AssertionError", dp=cfg.dp, expert_dp=cfg.edp)
-    if repeated:  # Megatron goes on with a bogus grid; say what it then does
-        raise LayoutError(str(repeated), megatron_error=_repeated_order_outcome(cfg),
-                          **repeated.values)
-    # Dense and expert pipeline groups must agree (checked on the arrays).
-    from .grid import Grid  # local import: grid is pure numpy, no cycle at runtime
-
-    dense, expert = Grid.dense(cfg), Grid.expert(cfg)
-    if not dense.same_groups(expert, "pp"):
-        raise LayoutError(
-            f"with order {cfg.order!r} the dense and expert pipeline groups differ (Megatron: "
-            f"'Pipeline parallel groups are expected to be the same for Non-Expert and Expert "
-            f"part'); make etp*ep equal tp*cp ({tp * cp}) or use order {DEFAULT_ORDER!r}.",
-            megatron_error="AssertionError")
-    if cfg.data_parallel_size_with_cp % n:
-        raise LayoutError(
-            f"num_distributed_optimizer_instances ({n}) does not divide dp*cp = "
-            f"{cfg.dp}*{cp} = {cfg.data_parallel_size_with_cp} (Megatron: 'Data parallel size "
-            f"should be divisible by partial DistOpt shard factor'); use a divisor of "
-            f"{cfg.data_parallel_size_with_cp}.",
-            megatron_error="AssertionError", instances=n, dp_cp=cfg.data_parallel_size_with_cp)
-    if cfg.hybrid_context_parallel and cfg.data_parallel_size_with_cp % 2:
-        raise LayoutError(
-            f"hybrid_context_parallel needs an even dp*cp, got {cfg.data_parallel_size_with_cp} "
-            f"(Megatron: 'Hybrid context parallel requires an even number of ranks').",
-            megatron_error="AssertionError")
-    if cfg.hierarchical_context_parallel_sizes:
-        prod = math.prod(cfg.hierarchical_context_parallel_sizes)
-        if prod != cp:
-            raise LayoutError(
-                f"hierarchical_context_parallel_sizes {list(cfg.hierarchical_context_parallel_sizes)}"
-                f" multiply to {prod}, not context_parallel_size ({cp}) (Megatron: bare "
-                f"AssertionError); give sizes whose product is {cp}.",
-                megatron_error="AssertionError")
-    if cfg.pipeline_model_parallel_comm_backend not in (None, "nccl", "ucc"):
-        raise LayoutError(
-            f"pipeline_model_parallel_comm_backend={cfg.pipeline_model_parallel_comm_backend!r} "
-            f"is not supported (Megatron asserts None, 'nccl' or 'ucc'); use one of those.",
-            megatron_error="AssertionError")
-    if cfg.edp % n:
-        raise LayoutError(
-            f"num_distributed_optimizer_instances ({n}) does not divide the expert data-parallel "
-            f"size ({cfg.edp}) (Megatron: 'Expert data parallel size should be divisible by "
-            f"partial DistOpt shard factor'); use a divisor of {cfg.edp}.",
-            megatron_error="AssertionError", instances=n, expert_dp=cfg.edp)
+    if mcore is not None:
+        error = first_failure(cfg, mcore, world)
+        if error is not None:
+            raise error
+        return
+    errors = []
+    for name in (DEFAULT_MCORE, *(p for p in MCORE_PROFILES if p != DEFAULT_MCORE)):
+        error = first_failure(cfg, name, world)
+        if error is None:
+            return
+        errors.append(error)
+    raise errors[0]

@@ -14,7 +14,9 @@ class LayoutError(SimharnessError, ValueError):
 
     ``megatron_error`` names the exception type Megatron raises for the same
     input (``"RuntimeError"``, ``"AssertionError"``, ``"ValueError"``,
-    ``"TypeError"``) or ``None`` where only simharness rejects it.
+    ``"TypeError"``, ``"KeyError"``) or ``None`` where only simharness rejects it.
+    ``values`` holds the offending values; a validation error also names its rule
+    (``values["rule"]``, a name in :data:`simharness.rules.RULES`).
     """
 
     def __init__(self, message: str, *, megatron_error: str | None = None, **values):

@@ -80,22 +80,31 @@ class Grid:
         ``gtp_token`` adds the 0.19 ``gtp_remat`` dimension (see ``profiles``).
         """
         sizes = dict(tp=cfg.tp, pp=cfg.pp, dp=cfg.dp, ep=1, cp=cfg.cp)
-        order = cfg.order if order is None else order
-        if gtp_token or cfg.gtp_remat_size > 1:
-            sizes["gtp_remat"] = cfg.gtp_remat_size
-            order = inject_gtp(order, after="tp")
-        return cls.from_sizes(order, cfg.rank_offset if offset is None else offset, **sizes)
+        return cls._generator(cfg, sizes, cfg.gtp_remat_size, "tp", order, offset, gtp_token)
 
     @classmethod
     def expert(cls, cfg: "ParallelismConfig", *, order: str | None = None,
                offset: int | None = None, gtp_token: bool = False) -> "Grid":
         """The expert generator: ``tp=etp, ep, dp=expert dp, pp, cp=1``."""
         sizes = dict(tp=cfg.etp, pp=cfg.pp, dp=cfg.edp, ep=cfg.ep, cp=1)
+        return cls._generator(cfg, sizes, cfg.expert_gtp_remat_size, "ep", order, offset,
+                              gtp_token)
+
+    @classmethod
+    def _generator(cls, cfg: "ParallelismConfig", sizes: dict[str, int], gtp: int, after: str,
+                   order: str | None, offset: int | None, gtp_token: bool) -> "Grid":
+        """A generator of a *validated* configuration; a token the order repeats counts once.
+
+        Megatron accepts a repeated token only when the repeat changes no group (its size
+        is 1, or every dimension after it has size 1; ``rules`` rejects the rest), so the
+        first occurrence alone gives Megatron's groups.
+        """
         order = cfg.order if order is None else order
-        if gtp_token or cfg.expert_gtp_remat_size > 1:
-            sizes["gtp_remat"] = cfg.expert_gtp_remat_size
-            order = inject_gtp(order, after="ep")
-        return cls.from_sizes(order, cfg.rank_offset if offset is None else offset, **sizes)
+        if gtp_token or gtp > 1 or "gtp_remat" in order.split("-"):
+            sizes["gtp_remat"] = gtp
+            order = inject_gtp(order, after=after)
+        return cls.from_sizes(first_occurrences(order),
+                              cfg.rank_offset if offset is None else offset, **sizes)
 
     # ------------------------------------------------------------- geometry
     @property
@@ -227,3 +236,12 @@ def inject_gtp(order: str, after: str = "tp") -> str:
     anchor = after if after in tokens else "tp"
     i = tokens.index(anchor) + 1 if anchor in tokens else 0
     return "-".join(tokens[:i] + ["gtp_remat"] + tokens[i:])
+
+
+def first_occurrences(order: str) -> str:
+    """The lowercased order with each repeated token kept at its first place only.
+
+    >>> first_occurrences("pp-cp-dp-TP-tp-ep")
+    'pp-cp-dp-tp-ep'
+    """
+    return "-".join(dict.fromkeys(order.lower().split("-")))

@@ -25,7 +25,7 @@ from typing import Any, Mapping
 
 import numpy as np
 
-from .config import DEFAULT_MCORE, ParallelismConfig
+from .config import DEFAULT_MCORE, ParallelismConfig, validate
 from .errors import GroupNotInitialized, LayoutError
 from .plan import CreationOrder, Entry, Loop, Step
 from .profiles import Profile, build_loops, check_profile, get_profile
@@ -483,15 +483,20 @@ class Layout:
 
 
 def build_layout(config: ParallelismConfig | Mapping[str, Any] | Any,
-                 mcore: str = DEFAULT_MCORE, **overrides) -> Layout:
+                 mcore: str = DEFAULT_MCORE, *, torch_world: int | None = None,
+                 **overrides) -> Layout:
     """Every group Megatron-Core ``mcore`` builds for ``config``, in creation order.
 
     ``config`` may be a :class:`ParallelismConfig`, a mapping, or any object
-    with NeMo's attribute names; ``overrides`` replace fields.
+    with NeMo's attribute names; ``overrides`` replace fields. ``torch_world`` is
+    the size of the torch world when the job is a window of a larger one (it
+    decides whether Megatron's groups stay in range); by default
+    ``rank_offset + world_size``.
     """
     if not isinstance(config, ParallelismConfig):
         config = ParallelismConfig.from_object(config, **overrides)
     elif overrides:
         config = config.replace(**overrides)
     mcore = check_profile(mcore)
+    validate(config, mcore, world=torch_world)
     return Layout(config, mcore, build_loops(config, mcore))

@@ -21,18 +21,29 @@ capability flags looked up by name in :data:`PROFILES`:
     injected ``gtp_remat`` token in the order.
 
 All profiles share one builder, :func:`build_loops`, which reads only the flags.
+This module is the one home of the profile names (:data:`MCORE_PROFILES`), the
+default profile (:data:`DEFAULT_MCORE`) and Megatron's default order
+(:data:`DEFAULT_ORDER`); the rules that differ per profile are in
+:mod:`simharness.rules`.
 """
 
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
-from .config import DEFAULT_ORDER, MCORE_PROFILES, ParallelismConfig
 from .errors import LayoutError
-from .grid import Grid
+from .grid import Grid, inject_gtp
 from .plan import Entry, Loop, Step
 from .sources import Chunks, Concat, Hierarchical, Ortho, Pick
+
+if TYPE_CHECKING:  # pragma: no cover
+    from .config import ParallelismConfig
+
+# initialize_model_parallel's default ``order``; create_all_gather_groups() (0.18+)
+# hard-codes the same string (and rank_offset 0) for its generators.
+DEFAULT_ORDER = "tp-cp-ep-dp-pp"
 
 # Keyword arguments of initialize_model_parallel every profile takes (besides world_size).
 _COMMON_KWARGS = (
@@ -95,9 +106,8 @@ PROFILES: dict[str, Profile] = {p.name: p for p in (
     Profile("0.19", "0.19.x and later", (0, 19), ag_in_init=False, ag_after_init=True,
             gtp_axis=True),
 )}
-assert tuple(PROFILES) == MCORE_PROFILES, "config.MCORE_PROFILES and profiles.PROFILES differ"
-
-AG_ORDER = DEFAULT_ORDER  # create_all_gather_groups() hard-codes this order (and offset 0)
+MCORE_PROFILES = tuple(PROFILES)  # profile names, in release order
+DEFAULT_MCORE = "0.19"  # the profile used when none is named
 
 
 def profiles_help() -> str:
@@ -132,27 +142,6 @@ def megatron_kwargs(mcore: str) -> tuple[str, ...]:
     return get_profile(mcore).init_kwargs
 
 
-def validate_profile(cfg: ParallelismConfig, mcore: str) -> None:
-    """Rules that depend on the megatron-core version."""
-    prof = get_profile(mcore)
-    gtp, egtp = cfg.gtp_remat_size, cfg.expert_gtp_remat_size
-    if not prof.gtp_axis and (gtp > 1 or egtp > 1):
-        raise LayoutError(
-            f"gtp_remat_size={gtp}, expert_gtp_remat_size={egtp}: GTP weight remat exists only "
-            f"from megatron-core 0.19 (profile {prof.name} is megatron-core {prof.versions}); "
-            f"use mcore='0.19' or set both to 1.", megatron_error="TypeError")
-    # (GTP with several optimizer instances is rejected in config.validate, which runs
-    # first: Megatron asserts it before the world-divisibility check.)
-    if prof.gtp_axis and prof.ag_after_init and cfg.create_all_gather_group and (
-            gtp > 1 or egtp > 1):
-        raise LayoutError(
-            f"create_all_gather_group with gtp_remat_size={gtp}, expert_gtp_remat_size={egtp}: "
-            f"megatron-core 0.19's create_all_gather_groups() sizes its generator with the full "
-            f"dp*gtp and produces ranks beyond the world ('ValueError: Rank N is out of "
-            f"range'); turn the option off or use GTP sizes of 1.",
-            megatron_error="ValueError")
-
-
 def _gloo(on: bool, kind: str, desc: str, source) -> tuple[Entry, ...]:
     if not on:
         return ()
@@ -165,8 +154,7 @@ def _hier_descs(desc: str, level: int, gloo: bool) -> str:
 
 def build_loops(cfg: ParallelismConfig, mcore: str) -> list[Loop]:
     """The whole ``new_group`` sequence of ``initialize_model_parallel`` (+ AG groups)."""
-    prof = get_profile(mcore)
-    validate_profile(cfg, prof.name)
+    prof = get_profile(mcore)  # cfg is validated for this profile (layout.build_layout)
     gtp_axis = prof.gtp_axis  # the gtp_remat token and the GTP groups (0.19)
     n = cfg.num_distributed_optimizer_instances
     nccl = "nccl"
@@ -206,13 +194,7 @@ def build_loops(cfg: ParallelismConfig, mcore: str) -> list[Loop]:
     # 3. hybrid DP-CP groups.
     if cfg.hybrid_context_parallel:
         size = cfg.data_parallel_size_with_cp
-        chunk_sizes = [2 ** i for i in range(int(math.log2(size)))][1:]
-        bad = [s for s in chunk_sizes if size % s]
-        if bad:
-            raise LayoutError(
-                f"hybrid_context_parallel with dp*cp={size} makes uneven HYBRID_DP_CP groups of "
-                f"size {bad}; simharness models only dp*cp divisible by every power of two below "
-                f"it (use a power of two).", dp_cp=size)
+        chunk_sizes = hybrid_chunk_sizes(size)
         loops.append(Loop(dp_cp.n_groups, tuple(
             Step(size // s, (Entry(f"hybrid_dp_cp_{s}", f"HYBRID_DP_CP_GROUP_{s}", nccl,
                                    Chunks(dp_cp, s)),)) for s in chunk_sizes)))
@@ -297,31 +279,48 @@ def build_loops(cfg: ParallelismConfig, mcore: str) -> list[Loop]:
 
     # (ag_after_init) create_all_gather_groups(for_expert_parallelism=ep > 1), after init.
     if prof.ag_after_init and cfg.create_all_gather_group:
-        loops.extend(all_gather_loops_after_init(cfg))
+        loops.extend(all_gather_loops_after_init(cfg, prof.name))
     return loops
 
 
-def ag_grids_after_init(cfg: ParallelismConfig) -> tuple[Grid, Grid | None]:
-    """The generators ``create_all_gather_groups`` builds: hard-coded order, offset 0."""
-    # GTP sizes are 1 here (validate_profile rejects the option with GTP > 1); 0.18 has no
-    # GTP axis, and 0.19 adds a size-1 gtp_remat token, which changes no group.
-    dense = Grid.from_sizes(AG_ORDER, 0, tp=cfg.tp, pp=cfg.pp, dp=cfg.dp, ep=1, cp=cfg.cp)
+def hybrid_chunk_sizes(dp_cp: int) -> list[int]:
+    """Sizes of Megatron's HYBRID_DP_CP groups: the powers of two from 2 below ``dp_cp``.
+
+    >>> hybrid_chunk_sizes(8), hybrid_chunk_sizes(10)
+    ([2, 4], [2, 4])
+    """
+    return [2 ** i for i in range(int(math.log2(dp_cp)))][1:]
+
+
+def ag_grids_after_init(cfg: ParallelismConfig, mcore: str) -> tuple[Grid, Grid | None]:
+    """The generators ``create_all_gather_groups`` builds: hard-coded order, offset 0.
+
+    Its sizes come from the getters: ``dp`` is ``get_data_parallel_world_size()``, which
+    in 0.19 counts the GTP peers in (``dp*gtp``), and the GTP axis is ``gtp`` again, so
+    with GTP > 1 the generator spans ``world*gtp`` ranks (0.19.2, notes/mcore019.md §4).
+    The expert generator exists only when ``ep > 1`` (the training loop passes
+    ``for_expert_parallelism=ep > 1``).
+    """
+    gtp_axis = get_profile(mcore).gtp_axis
+    gtp = cfg.gtp_remat_size if gtp_axis else 1
+    egtp = cfg.expert_gtp_remat_size if gtp_axis else 1
+    extra = {"gtp_remat": gtp} if gtp_axis else {}
+    dense = Grid.from_sizes(inject_gtp(DEFAULT_ORDER, "tp") if gtp_axis else DEFAULT_ORDER, 0,
+                            tp=cfg.tp, pp=cfg.pp, dp=cfg.dp * gtp, ep=1, cp=cfg.cp, **extra)
     expert = None
     if cfg.ep > 1:
-        expert = Grid.from_sizes(AG_ORDER, 0, tp=cfg.etp, pp=cfg.pp, dp=cfg.edp, ep=cfg.ep, cp=1)
+        extra = {"gtp_remat": egtp} if gtp_axis else {}
+        expert = Grid.from_sizes(inject_gtp(DEFAULT_ORDER, "ep") if gtp_axis else DEFAULT_ORDER,
+                                 0, tp=cfg.etp, pp=cfg.pp, dp=cfg.edp * egtp, ep=cfg.ep, cp=1,
+                                 **extra)
     return dense, expert
 
 
-def all_gather_loops_after_init(cfg: ParallelismConfig) -> list[Loop]:
-    dense, expert = ag_grids_after_init(cfg)
+def all_gather_loops_after_init(cfg: ParallelismConfig, mcore: str) -> list[Loop]:
+    dense, expert = ag_grids_after_init(cfg, mcore)
     loops = [Loop.simple(Entry("dp_cp_ag", "DATA_PARALLEL_GROUP_WITH_CP_AG", "nccl",
                                Ortho(dense, "dp-cp")))]
     if expert is not None:
         loops.append(Loop.simple(Entry("ep_dp_ag", "EXPERT_DATA_PARALLEL_GROUP_AG", "nccl",
                                        Ortho(expert, "dp"))))
     return loops
-
-
-# Former names (the after-init path was 0.19-only before the 0.18 profile).
-ag_grids_019 = ag_grids_after_init
-all_gather_loops_019 = all_gather_loops_after_init

@@ -236,3 +236,155 @@ def test_nemo_encoder_asserts(kwargs):
     with pytest.raises(LayoutError) as info:
         ParallelismConfig(world_size=8, **kwargs)
     assert info.value.megatron_error == "AssertionError"
+
+
+# -------------------------------------- one rule table, one home for profile facts
+def test_profile_facts_have_one_home():
+    """Profile names, the default profile and the default order are defined in
+    ``profiles`` (config re-exports them); the dead aliases are gone."""
+    from simharness import config, profiles
+
+    assert config.MCORE_PROFILES is profiles.MCORE_PROFILES == tuple(profiles.PROFILES)
+    assert config.DEFAULT_MCORE is profiles.DEFAULT_MCORE in profiles.PROFILES
+    assert config.DEFAULT_ORDER is profiles.DEFAULT_ORDER
+    for module, name in ((config, "order_problem"), (config, "_order_problem"),
+                         (config, "ORDER_TOKENS"), (profiles, "ag_grids_019"),
+                         (profiles, "all_gather_loops_019"), (profiles, "validate_profile"),
+                         (profiles, "AG_ORDER")):
+        assert not hasattr(module, name), name
+
+
+def test_explain_lists_the_rule_table_and_validate_raises_its_first_failure():
+    from simharness.config import validate
+    from simharness.explain import explain
+    from simharness.rules import RULES
+
+    names = [r.name for r in RULES]
+    fields = dict(world_size=12, tensor_model_parallel_size=8, expert_model_parallel_size=5)
+    ex = explain(fields, "0.18")
+    listed = [r.name for r in ex.rules]
+    assert listed == sorted(listed, key=names.index)      # the table's order
+    failed = [r.name for r in ex.rules if r.holds is False]
+    assert failed[:2] == ["world-divisible", "world-divisible-expert"]
+    cfg = ParallelismConfig(**fields, _validate=False)
+    with pytest.raises(LayoutError) as info:
+        validate(cfg, "0.18")
+    assert info.value.values["rule"] == failed[0] and str(info.value) == ex.error
+
+
+def test_validate_raises_in_megatrons_order():
+    """0.18 has no gtp_remat_size keyword: TypeError comes before the 0.19-only
+    GTP/instances assert that a bare config (any profile) reports."""
+    kw = dict(world_size=8, tensor_model_parallel_size=2, gtp_remat_size=2,
+              num_distributed_optimizer_instances=2)
+    with pytest.raises(LayoutError) as bare:
+        ParallelismConfig(**kw)
+    assert bare.value.megatron_error == "AssertionError"          # 0.19, the default
+    with pytest.raises(LayoutError) as old:
+        build_layout(ParallelismConfig(**kw, _validate=False), "0.18")
+    assert old.value.megatron_error == "TypeError"
+
+
+# ------------------------------------------------------------ issue 11 edges
+def test_window_past_the_world_is_megatrons_value_error():
+    with pytest.raises(LayoutError) as info:
+        ParallelismConfig.from_megatron(world_size=16, mcore="0.18", tensor_model_parallel_size=2,
+                                        rank_offset=12, local_world_size=8)
+    e = info.value
+    assert e.megatron_error == "ValueError" and "Rank 16 is out of range" in str(e)
+    assert (e.values["rank_offset"], e.values["world_size"], e.values["torch_world"]) == (12, 8, 16)
+    with pytest.raises(LayoutError) as whole:   # no local_world_size: the window is the world
+        ParallelismConfig.from_megatron(world_size=8, mcore="0.19", rank_offset=1)
+    assert whole.value.megatron_error == "ValueError"
+    ok = ParallelismConfig.from_megatron(world_size=16, mcore="0.18", rank_offset=8,
+                                         local_world_size=8)
+    assert ok.ranks == range(8, 16)
+
+
+PAIRS_1, PAIRS_2, PAIRS_4 = ([[0, 1], [2, 3], [4, 5], [6, 7]], [[0, 2], [1, 3], [4, 6], [5, 7]],
+                             [[0, 4], [1, 5], [2, 6], [3, 7]])
+
+
+@pytest.mark.parametrize("order,gtp_groups,tp_groups", [
+    ("tp-gtp_remat-cp-ep-dp-pp", PAIRS_2, PAIRS_1),     # where 0.19 injects it by default
+    ("gtp_remat-tp-cp-ep-dp-pp", PAIRS_1, PAIRS_2),
+    ("tp-cp-ep-dp-pp-gtp_remat", PAIRS_4, PAIRS_1),
+])
+def test_019_explicit_gtp_remat_token_keeps_its_place(order, gtp_groups, tp_groups):
+    cfg = ParallelismConfig(world_size=8, tensor_model_parallel_size=2, gtp_remat_size=2,
+                            order=order)
+    lay = build_layout(cfg, "0.19")
+    assert lay.groups("gtp_remat").tolist() == gtp_groups
+    assert lay.groups("tp").tolist() == tp_groups
+    with pytest.raises(LayoutError) as info:      # 0.18's RankGenerator has no such name
+        build_layout(cfg.replace(gtp_remat_size=1), "0.18")
+    assert info.value.megatron_error == "KeyError"
+
+
+@pytest.mark.parametrize("tp,etp,error", [(1, None, "ValueError"), (2, None, "AssertionError"),
+                                          (1, 2, "AssertionError")])
+def test_019_order_without_tp(tp, etp, error):
+    """0.19 injects 'gtp_remat'; 'tp' is a substring of it, so a missing 'tp' is neither
+    appended nor reported: size 1 fails at get_ranks('tp-...') ('tp' is not in list),
+    size > 1 in the enumeration of the first get_ranks (AssertionError)."""
+    kw = dict(world_size=8, tensor_model_parallel_size=tp, expert_tensor_parallel_size=etp,
+              order="cp-ep-dp-pp")
+    cfg = ParallelismConfig(**kw, _validate=False)
+    with pytest.raises(LayoutError) as info:
+        build_layout(cfg, "0.19")
+    assert info.value.megatron_error == error
+    if tp == 1 and etp is None:
+        assert build_layout(cfg, "0.18").groups("tp").shape == (8, 1)
+
+
+@pytest.mark.parametrize("gtp,egtp,ep,error", [
+    (1, 2, 1, None), (1, 2, 2, "ValueError"), (2, 1, 1, "ValueError"), (1, 1, 2, None)])
+def test_019_all_gather_with_gtp(gtp, egtp, ep, error):
+    """create_all_gather_groups() fails only when a generator it builds outgrows the world:
+    gtp > 1, or egtp > 1 with ep > 1 (no expert AG group when ep == 1)."""
+    kw = dict(world_size=8, expert_model_parallel_size=ep, expert_tensor_parallel_size=1,
+              gtp_remat_size=gtp, expert_gtp_remat_size=egtp, create_all_gather_group=True)
+    if error is None:
+        lay = build_layout(ParallelismConfig(**kw), "0.19")
+        assert lay.has("dp_cp_ag") and lay.has("ep_dp_ag") == (ep > 1)
+    else:
+        with pytest.raises(LayoutError) as info:
+            build_layout(ParallelismConfig(**kw, _validate=False), "0.19")
+        assert info.value.megatron_error == error
+
+
+@pytest.mark.parametrize("repeated,plain", [
+    ("pp-cp-dp-tp-tp-ep", "pp-cp-dp-tp-ep"),          # tp = 1
+    ("tp-cp-ep-dp-pp-pp", "tp-cp-ep-dp-pp"),          # pp = 2, nothing after the repeat
+])
+def test_repeated_token_that_changes_no_group_is_the_normal_layout(repeated, plain):
+    from simharness.checks import check
+
+    def lay(order):
+        return build_layout(ParallelismConfig(world_size=8, pipeline_model_parallel_size=2,
+                                              order=order))
+
+    rep = lay(repeated)
+    assert [(c.desc, c.ranks) for c in rep.creation_order] == \
+        [(c.desc, c.ranks) for c in lay(plain).creation_order]
+    assert "suspicious-order" in {f.code for f in check(rep)}
+
+
+def test_repeated_token_that_overruns_is_megatrons_value_error():
+    with pytest.raises(LayoutError) as info:   # a repeat of size 2 overruns the world
+        ParallelismConfig(world_size=8, tensor_model_parallel_size=2, order="tp-tp-cp-ep-dp-pp")
+    assert info.value.megatron_error == "ValueError"
+
+
+def test_explain_follows_the_profile():
+    """The same order is a different Megatron error per profile, and explain says which."""
+    from simharness.explain import explain
+
+    fields = {"world_size": 8, "tp": 2, "order": "cp-dp-pp"}
+    old, new = explain(fields, "0.18"), explain(fields, "0.19")
+    assert "haven'tspecified" in old.error and "order-dense" in [
+        r.name for r in old.rules if r.holds is False]
+    assert "gtp_remat" in new.error and "same-pipeline-groups" in [
+        r.name for r in new.rules if r.holds is False]
+    assert explain({"world_size": 8, "order": "tp-gtp_remat-dp"}, "0.19").valid
+    assert not explain({"world_size": 8, "order": "tp-gtp_remat-dp"}, "0.18").valid
