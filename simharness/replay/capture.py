@@ -156,13 +156,20 @@ class _Worker:
 def _pack(result: dict[str, Any], seen: dict[tuple, int]) -> dict[str, Any]:
     """A rank's result for the parent: its call sequence by number, sent in full (stacks
     as text) only the first time this worker sees it."""
-    from .capture_runtime import stack_text
+    from .capture_runtime import finish_calls
 
-    calls = tuple(result.pop("calls"))
-    sid = seen.get(calls)
-    if sid is None:
-        sid = seen[calls] = len(seen)
-        result["new_sequence"] = tuple(c._replace(stack=stack_text(c.stack)) for c in calls)
+    calls = result.pop("calls")
+    if isinstance(calls, list):  # raw tuples from this process
+        calls = tuple(calls)
+        sid = seen.get(calls)
+        if sid is None:
+            sid = seen[calls] = len(seen)
+            result["new_sequence"] = finish_calls(calls)
+    else:  # finished GroupCalls from an isolated child
+        sid = seen.get(calls)
+        if sid is None:
+            sid = seen[calls] = len(seen)
+            result["new_sequence"] = calls
     result["sequence"] = sid
     return result
 
@@ -176,12 +183,12 @@ def _run_isolated(job, rank: int) -> dict[str, Any]:
     recv, send = Pipe(duplex=False)
     pid = os.fork()
     if pid == 0:  # pragma: no cover - runs in the child
-        from .capture_runtime import stack_text
+        from .capture_runtime import finish_calls
 
         recv.close()
         try:
             result = run_rank(job, rank, None)
-            result["calls"] = [c._replace(stack=stack_text(c.stack)) for c in result["calls"]]
+            result["calls"] = finish_calls(result["calls"])
             send.send(result)
         finally:
             os._exit(0)

@@ -362,7 +362,8 @@ def check_against_layout(cap: Capture, layout: Layout) -> list[Finding]:
         out.append(Finding(
             "ag-dropped", "error",
             f"create_all_gather_group is on in the configuration, but the captured code created "
-            f"no {AG_DESC} group: megatron-core {layout.mcore}+ has no create_all_gather_group "
+            f"no {AG_DESC} group: megatron-core 0.18+ (profile {layout.mcore}) has no "
+            f"create_all_gather_group "
             f"keyword in initialize_model_parallel, so code that passes it only when accepted "
             f"(NeMo's compatibility path) silently gets no all-gather group and the all-gather "
             f"stays on DATA_PARALLEL_GROUP_WITH_CP; call parallel_state.create_all_gather_groups"

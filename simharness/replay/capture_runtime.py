@@ -100,16 +100,22 @@ def call_stack(frame, depth: int = STACK_DEPTH) -> tuple:
     """Up to ``depth`` frames from ``frame`` outwards as ``(id(code), line)`` pairs, torch,
     stdlib and capture frames skipped (:func:`stack_text` makes them text)."""
     out = []
+    foreign = _FOREIGN
     while frame is not None and len(out) < depth:
         code = frame.f_code
         name = code.co_filename
-        if name in _OWN_FILES:
-            break  # the capture's own frames: everything further out is not the user's
-        if not _foreign(name):
+        skip = foreign.get(name)
+        if skip is None:
+            if name in _OWN_FILES:
+                break  # the capture's own frames: everything further out is not the user's
+            skip = _foreign(name)
+        if not skip:
             cid = id(code)
             if cid not in _CODES:
                 _CODES[cid] = code
             out.append((cid, frame.f_lineno))
+        elif name in _OWN_FILES:
+            break
         frame = frame.f_back
     return tuple(out)
 
@@ -117,6 +123,11 @@ def call_stack(frame, depth: int = STACK_DEPTH) -> tuple:
 def stack_text(stack: tuple) -> tuple[str, ...]:
     """``(id(code), line)`` pairs -> ``"file:line function"`` strings."""
     return tuple(_frame_text(code, line) for code, line in stack)
+
+
+def finish_calls(calls) -> tuple[GroupCall, ...]:
+    """Recorded call tuples -> :class:`GroupCall` objects with their stacks as text."""
+    return tuple(GroupCall(r, d, b, loc, o, n, stack_text(st)) for r, d, b, loc, o, n, st in calls)
 
 
 def where_text(frames: list[tuple[str, int, str]]) -> list[str]:
@@ -172,7 +183,7 @@ def recording_new_group(ranks=None, timeout=None, backend=None, pg_options=None,
     ranks_t = None if ranks is None else tuple(map(int, ranks))
     local = bool(use_local_synchronization)
     member = ranks_t is None or rec.rank in ranks_t
-    name = None if local else str(c10d._world.group_count)
+    name = None if local else str(c10d._world.group_count)  # torch's name for such a group
     bname = None if backend is None else str(backend)
     if not member and rec.skip_non_members and _valid_ranks(ranks_t, rec.world_size):
         if not local:
@@ -184,11 +195,14 @@ def recording_new_group(ranks=None, timeout=None, backend=None, pg_options=None,
                              backend=forward, use_local_synchronization=local,
                              group_desc=group_desc, **kwargs)
         if member:
-            name = getattr(pg, "group_name", name)
+            if local:
+                name = getattr(pg, "group_name", None)
             rec.pg_index[id(pg)] = len(rec.calls)
     opts = None if pg_options is None else type(pg_options).__name__
-    rec.calls.append(GroupCall(ranks_t, group_desc, bname, local, opts, name,
-                               call_stack(sys._getframe(1))))
+    # A plain tuple (GroupCall's fields; the stack as code ids): made into a GroupCall by
+    # finish_calls, once per distinct sequence.
+    rec.calls.append((ranks_t, group_desc, bname, local, opts, name,
+                      call_stack(sys._getframe(1))))
     return pg
 
 
@@ -379,8 +393,9 @@ def describe(value: Any, rec: Recorder, depth: int = 0) -> Any:
         if value is c10d.GroupMember.WORLD:
             return {"group": "WORLD", "ranks": ranks}
         idx = rec.pg_index.get(id(value))
-        desc = rec.calls[idx].desc if idx is not None else None
-        return {"group": idx, "desc": desc, "ranks": ranks}
+        desc = rec.calls[idx][1] if idx is not None else None
+        return {"group": idx, "desc": desc, "name": getattr(value, "group_name", None),
+                "ranks": ranks}
     if depth > 4:
         return repr(value)[:200]
     if isinstance(value, (list, tuple)):
