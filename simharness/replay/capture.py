@@ -153,23 +153,22 @@ class _Worker:
     seq_map: dict[int, int] = field(default_factory=dict)   # worker's id -> capture's
 
 
-def _pack(result: dict[str, Any], seen: dict[tuple, int]) -> dict[str, Any]:
-    """A rank's result for the parent: its call sequence by number, sent in full (stacks
-    as text) only the first time this worker sees it."""
+def _pack(result: dict[str, Any], seen: list[tuple]) -> dict[str, Any]:
+    """A rank's result for the parent: its call sequence by number (the worker's), sent in
+    full (as :class:`GroupCall` objects) only the first time this worker sees it.
+
+    Sequences are compared, not hashed: the recorder interns the rank lists and stacks,
+    so comparing a rank's calls with the previous rank's mostly compares identities.
+    """
     from .capture_runtime import finish_calls
 
-    calls = result.pop("calls")
-    if isinstance(calls, list):  # raw tuples from this process
-        calls = tuple(calls)
-        sid = seen.get(calls)
-        if sid is None:
-            sid = seen[calls] = len(seen)
-            result["new_sequence"] = finish_calls(calls)
-    else:  # finished GroupCalls from an isolated child
-        sid = seen.get(calls)
-        if sid is None:
-            sid = seen[calls] = len(seen)
-            result["new_sequence"] = calls
+    calls = tuple(result.pop("calls"))
+    sid = next((i for i in range(len(seen) - 1, -1, -1) if seen[i] == calls), None)
+    if sid is None:
+        sid = len(seen)
+        seen.append(calls)
+        result["new_sequence"] = calls if calls and isinstance(calls[0], GroupCall) \
+            else finish_calls(calls)
     result["sequence"] = sid
     return result
 
@@ -222,7 +221,7 @@ def _worker_main(job, ranks, conn, stop, dump_path, isolate, accelerate) -> None
         import gc
 
         gc.freeze()  # the imported world stays put: collections only scan what ranks allocate
-        seen: dict[tuple, int] = {}
+        seen: list[tuple] = []
         for r in ranks:
             if stop[0]:
                 break

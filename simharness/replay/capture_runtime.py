@@ -83,22 +83,21 @@ def short_path(filename: str) -> str:
     return tail if sep else filename
 
 
-_SITE_CACHE: dict[tuple[int, int], str] = {}
-_CODES: dict[int, Any] = {}  # id(code) -> code: stacks hold ids (cheap to hash and compare)
+_SITE_CACHE: dict[tuple[str, str, int], str] = {}
 
 
-def _frame_text(code_id: int, lineno: int) -> str:
-    key = (code_id, lineno)
+def _frame_text(filename: str, function: str, lineno: int) -> str:
+    key = (filename, function, lineno)
     text = _SITE_CACHE.get(key)
     if text is None:
-        code = _CODES[code_id]
-        text = _SITE_CACHE[key] = f"{short_path(code.co_filename)}:{lineno} {code.co_name}"
+        text = _SITE_CACHE[key] = f"{short_path(filename)}:{lineno} {function}"
     return text
 
 
 def call_stack(frame, depth: int = STACK_DEPTH) -> tuple:
-    """Up to ``depth`` frames from ``frame`` outwards as ``(id(code), line)`` pairs, torch,
-    stdlib and capture frames skipped (:func:`stack_text` makes them text)."""
+    """Up to ``depth`` frames from ``frame`` outwards as ``(file, function, line)``, torch,
+    stdlib and capture frames skipped (:func:`stack_text` makes them text). Names, not
+    code objects: a script run again per rank compiles to new code objects."""
     out = []
     foreign = _FOREIGN
     while frame is not None and len(out) < depth:
@@ -110,10 +109,7 @@ def call_stack(frame, depth: int = STACK_DEPTH) -> tuple:
                 break  # the capture's own frames: everything further out is not the user's
             skip = _foreign(name)
         if not skip:
-            cid = id(code)
-            if cid not in _CODES:
-                _CODES[cid] = code
-            out.append((cid, frame.f_lineno))
+            out.append((name, code.co_name, frame.f_lineno))
         elif name in _OWN_FILES:
             break
         frame = frame.f_back
@@ -121,8 +117,8 @@ def call_stack(frame, depth: int = STACK_DEPTH) -> tuple:
 
 
 def stack_text(stack: tuple) -> tuple[str, ...]:
-    """``(id(code), line)`` pairs -> ``"file:line function"`` strings."""
-    return tuple(_frame_text(code, line) for code, line in stack)
+    """``(file, function, line)`` frames -> ``"file:line function"`` strings."""
+    return tuple(_frame_text(*frame) for frame in stack)
 
 
 def finish_calls(calls) -> tuple[GroupCall, ...]:
@@ -165,6 +161,15 @@ class Recorder:
     auto_init: bool = False
 
 
+_INTERNED: dict[tuple, tuple] = {}
+
+
+def _intern(t: tuple) -> tuple:
+    """One object per distinct tuple in this worker, so comparing two ranks' sequences
+    mostly compares identities."""
+    return _INTERNED.setdefault(t, t)
+
+
 def _valid_ranks(ranks: tuple[int, ...], world: int) -> bool:
     return (len(set(ranks)) == len(ranks)) and (not ranks or (min(ranks) >= 0
                                                              and max(ranks) < world))
@@ -180,7 +185,7 @@ def recording_new_group(ranks=None, timeout=None, backend=None, pg_options=None,
                                pg_options=pg_options,
                                use_local_synchronization=use_local_synchronization,
                                group_desc=group_desc, device_id=device_id, **kwargs)
-    ranks_t = None if ranks is None else tuple(map(int, ranks))
+    ranks_t = None if ranks is None else _intern(tuple(map(int, ranks)))
     local = bool(use_local_synchronization)
     member = ranks_t is None or rec.rank in ranks_t
     name = None if local else str(c10d._world.group_count)  # torch's name for such a group
@@ -202,7 +207,7 @@ def recording_new_group(ranks=None, timeout=None, backend=None, pg_options=None,
     # A plain tuple (GroupCall's fields; the stack as code ids): made into a GroupCall by
     # finish_calls, once per distinct sequence.
     rec.calls.append((ranks_t, group_desc, bname, local, opts, name,
-                      call_stack(sys._getframe(1))))
+                      _intern(call_stack(sys._getframe(1)))))
     return pg
 
 
