@@ -33,7 +33,7 @@ import numpy as np
 from ..checks import check
 from ..findings import Finding
 from ..layout import PARTIAL_KINDS, Layout
-from .capture_record import FAILED, TIMEOUT, Capture, GroupCall, reference_sequence
+from .capture_record import TIMEOUT, Capture, GroupCall, reference_sequence
 
 MAX_RANKS = 256
 MAX_REPORTED = 8   # divergent sequences reported one by one

@@ -11,8 +11,12 @@ so a 1024-rank world whose ranks agree stores one sequence, not 1024.
 (((0, 2), 'DATA_PARALLEL_GROUP', None, False), True, 'init.py:12 build')
 >>> parse_rank_spec("0-3,8", 16)
 (0, 1, 2, 3, 8)
->>> GetterSpec.parse("megatron.core.parallel_state:get_data_parallel_group(with_context_parallel=True)")
-GetterSpec(text='megatron.core.parallel_state:get_data_parallel_group(with_context_parallel=True)', module='megatron.core.parallel_state', path=('get_data_parallel_group',), call=True, args=(), kwargs=(('with_context_parallel', True),))
+>>> spec = GetterSpec.parse("megatron.core.parallel_state:get_data_parallel_group("
+...                         "with_context_parallel=True)")
+>>> spec.module, spec.path, spec.call
+('megatron.core.parallel_state', ('get_data_parallel_group',), True)
+>>> spec.kwargs
+(('with_context_parallel', True),)
 """
 
 from __future__ import annotations
