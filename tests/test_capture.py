@@ -204,6 +204,23 @@ def test_divergent_order_names_rank_call_and_both_sites(tmp_path):
     assert json.loads(out.read_text())["schema"] == "simharness.capture/1"
 
 
+def test_cli_megatron_script_against_the_config_json(tmp_path):
+    out = tmp_path / "cap.json"
+    getter = "megatron.core.parallel_state:get_tensor_model_parallel_group"
+    res = CliRunner().invoke(simharness_cli(), [
+        "capture", "-n", "8", "--tp", "2", "--cp", "2", "--mcore", "0.16", "--ranks", "0-3",
+        "--getter", getter, "--format", "json", "--out", str(out), "--", "python",
+        str(EXAMPLES / "megatron_init.py"), "--tp", "2", "--cp", "2"])
+    assert res.exit_code == 0, res.output
+    report = json.loads(res.stdout)
+    info = [f["message"] for f in report["findings"] if f["code"] == "capture-vs-config"]
+    assert info and "call for call" in info[0]
+    saved = Capture.from_dict(json.loads(out.read_text()))
+    assert sorted(saved.records) == [0, 1, 2, 3]
+    assert saved.records[3].getters[getter]["ranks"] == [2, 3]
+    assert saved.meta["command"].startswith("python ")
+
+
 def test_missing_calls_are_named():
     def init():
         r = dist.get_rank()
