@@ -94,6 +94,9 @@ def _frame_text(filename: str, function: str, lineno: int) -> str:
     return text
 
 
+_LINES: dict[tuple[int, int], tuple[Any, tuple[str, str, int]]] = {}  # (id(code), lasti)
+
+
 def call_stack(frame, depth: int = STACK_DEPTH) -> tuple:
     """Up to ``depth`` frames from ``frame`` outwards as ``(file, function, line)``, torch,
     stdlib and capture frames skipped (:func:`stack_text` makes them text). Names, not
@@ -109,7 +112,11 @@ def call_stack(frame, depth: int = STACK_DEPTH) -> tuple:
                 break  # the capture's own frames: everything further out is not the user's
             skip = _foreign(name)
         if not skip:
-            out.append((name, code.co_name, frame.f_lineno))
+            key = (id(code), frame.f_lasti)
+            hit = _LINES.get(key)
+            if hit is None or hit[0] is not code:  # f_lineno decodes the line table: cache it
+                hit = _LINES[key] = (code, (name, code.co_name, frame.f_lineno))
+            out.append(hit[1])
         elif name in _OWN_FILES:
             break
         frame = frame.f_back
