@@ -177,9 +177,18 @@ def _intern(t: tuple) -> tuple:
     return _INTERNED.setdefault(t, t)
 
 
-def _valid_ranks(ranks: tuple[int, ...], world: int) -> bool:
-    return (len(set(ranks)) == len(ranks)) and (not ranks or (min(ranks) >= 0
-                                                             and max(ranks) < world))
+_RANKS: dict[tuple[tuple[int, ...], int], tuple[tuple[int, ...], bool]] = {}
+
+
+def _interned_ranks(ranks: tuple[int, ...], world: int) -> tuple[tuple[int, ...], bool]:
+    """The worker's one copy of a rank list, and whether torch would accept it (no
+    duplicates, inside the world): non-members skip torch, so capture checks for it."""
+    hit = _RANKS.get((ranks, world))
+    if hit is None:
+        ok = len(set(ranks)) == len(ranks) and (not ranks or (min(ranks) >= 0
+                                                              and max(ranks) < world))
+        hit = _RANKS[(ranks, world)] = (ranks, ok)
+    return hit
 
 
 def recording_new_group(ranks=None, timeout=None, backend=None, pg_options=None,
@@ -192,12 +201,15 @@ def recording_new_group(ranks=None, timeout=None, backend=None, pg_options=None,
                                pg_options=pg_options,
                                use_local_synchronization=use_local_synchronization,
                                group_desc=group_desc, device_id=device_id, **kwargs)
-    ranks_t = None if ranks is None else _intern(tuple(map(int, ranks)))
+    if ranks is None:
+        ranks_t, valid = None, True
+    else:
+        ranks_t, valid = _interned_ranks(tuple(map(int, ranks)), rec.world_size)
     local = bool(use_local_synchronization)
     member = ranks_t is None or rec.rank in ranks_t
     name = None if local else str(c10d._world.group_count)  # torch's name for such a group
     bname = None if backend is None else str(backend)
-    if not member and rec.skip_non_members and _valid_ranks(ranks_t, rec.world_size):
+    if not member and rec.skip_non_members and valid:
         if not local:
             c10d._world.group_count += 1
         pg = None if local else dist.GroupMember.NON_GROUP_MEMBER
@@ -310,10 +322,14 @@ def _memo_value(fn: Callable) -> Callable:
     cache: dict = {}
 
     def memo(*args, **kwargs):
-        key = (args, tuple(sorted(kwargs.items())))
-        if key not in cache:
-            cache[key] = fn(*args, **kwargs)
-        return cache[key]
+        key = (args, tuple(sorted(kwargs.items()))) if kwargs else args
+        try:
+            return cache[key]
+        except KeyError:
+            out = cache[key] = fn(*args, **kwargs)
+            return out
+        except TypeError:  # an unhashable argument: no memo
+            return fn(*args, **kwargs)
 
     memo.__simharness_memo__ = fn
     return memo
