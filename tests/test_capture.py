@@ -219,6 +219,8 @@ def test_cli_megatron_script_against_the_config_json(tmp_path):
     assert sorted(saved.records) == [0, 1, 2, 3]
     assert saved.records[3].getters[getter]["ranks"] == [2, 3]
     assert saved.meta["command"].startswith("python ")
+    (init,) = saved.records[3].init["calls"]  # the script's own init_process_group
+    assert init["backend"] == "gloo" and "megatron_init.py" in init["site"]
 
 
 def test_missing_calls_are_named():

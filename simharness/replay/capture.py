@@ -306,7 +306,8 @@ def _dump_stack(w: _Worker, wait_s: float = 2.0) -> list[str]:
 def _child_of(w: _Worker) -> int | None:
     """The process running an isolated rank: the worker's only child."""
     try:
-        kids = open(f"/proc/{w.pid}/task/{w.pid}/children").read().split()
+        with open(f"/proc/{w.pid}/task/{w.pid}/children", encoding="ascii") as fh:
+            kids = fh.read().split()
         return int(kids[0]) if kids else w.pid
     except OSError:
         return w.pid
@@ -387,8 +388,6 @@ def run_program(program: Program, world_size: int, *, ranks: Iterable[int] | Non
                     fail_running(w, FAILED, {"kind": "died", "message": f"the process running "
                                              f"rank {w.current} died ({_exit_text(status)})",
                                              "where": []})
-                    if w.current is None and status and not crashes:
-                        pass
                     del live[conn]
                     w.pid = 0
                     continue

@@ -249,11 +249,11 @@ def recording_init_process_group(backend=None, init_method=None, timeout=None, w
         raise CaptureError(f"the code passes rank={rank} to init_process_group on rank "
                            f"{rec.rank} ({site[0] if site else '?'}); let it read RANK from "
                            f"the environment.")
-    if not rec.auto_init or not rec.init:
-        rec.init = {"called": True, "backend": None if backend is None else str(backend),
-                    "init_method": init_method, "site": site[0] if site else None}
+    rec.init.setdefault("calls", []).append({
+        "backend": None if backend is None else str(backend), "init_method": init_method,
+        "site": site[0] if site else "simharness"})
     if rec.auto_init and dist.is_initialized():
-        return None
+        return None  # the capture started the world already; the code's call is recorded
     from torch.testing._internal.distributed.fake_pg import FakeStore
 
     _ORIG_INIT("fake", store=FakeStore(), rank=rec.rank, world_size=rec.world_size,
@@ -540,6 +540,5 @@ def run_rank(job: Job, rank: int, state: ModuleState | None) -> dict[str, Any]:
             if state is not None:
                 state.restore()
     out["calls"] = rec.calls
-    out["init"] = rec.init if not job.auto_init else {"called": True, "backend": "fake",
-                                                       "by": "simharness"}
+    out["init"] = rec.init
     return out
