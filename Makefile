@@ -3,7 +3,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 TORCH_PIN := torch==2.13.0
 
-.PHONY: demo test setup setup-test bench clean
+.PHONY: demo test fetch-mcore setup setup-test bench clean
 
 $(VENV)/.base: pyproject.toml
 	test -x $(PY) || python3 -m venv $(VENV)
@@ -22,8 +22,15 @@ setup-test: $(VENV)/.test
 demo: $(VENV)/.base
 	$(VENV)/bin/simharness demo
 
+# -rs: every skip prints its reason (a parity tier that could not run is visible).
+# SIMHARNESS_REQUIRE_PARITY=1 (set by .ci/run) turns a parity skip into a failure.
 test: $(VENV)/.test
-	$(PY) -m pytest -n auto -q
+	$(PY) -m pytest -n auto -q -rs
+
+# The pinned megatron-core wheels' parallel_state.py (0.17.1, 0.18.2, 0.19.2) into .cache/;
+# exits non-zero, with the reason, when one cannot be had.
+fetch-mcore: $(VENV)/.test
+	$(PY) tests/megatron_harness.py
 
 bench: $(VENV)/.test
 	$(PY) bench/bench_layout.py

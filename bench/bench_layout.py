@@ -92,7 +92,8 @@ def bench_layout(a) -> list[bool]:
     v = layout.rank(picks[0])
     t = time.perf_counter()
     v.to_dict()
-    row("  one full to_dict() of a view (all member lists)", f"{(time.perf_counter() - t) * 1e3:.1f} ms")
+    row("  one full to_dict() of a view (all member lists)",
+        f"{(time.perf_counter() - t) * 1e3:.1f} ms")
 
     t = time.perf_counter()
     findings = check(layout)
@@ -116,8 +117,8 @@ def bench_rank_generator(a) -> list[bool]:
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         try:
-            from megatron.core.parallel_state import RankGenerator
             import megatron.core
+            from megatron.core.parallel_state import RankGenerator
         except ImportError as exc:
             print(f"  skipped: megatron-core not importable ({exc})")
             return []

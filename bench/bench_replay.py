@@ -8,6 +8,15 @@ initialised the default group: helper start, torch import, fork, rendezvous),
 group creation (every new_group of the plan), verification (torch membership,
 one all_gather per group, the all-gather group checks), overlap probe, results
 (all_gather_object of the results, report), total (wall time of replay()).
+
+    python bench/bench_replay.py --gpu [--world 8] [--topology dgx-h100] [--out FILE]
+
+``--gpu``: an nccl-tests-style sweep through torch.distributed on NCCL, one GPU
+per rank (all-reduce, all-gather, reduce-scatter, 1 KB .. 8 GB; and a
+reduce-scatter + all-gather issued together on one communicator vs two),
+written to FILE in the calibration format of tests/data/nccl_calibration.toml
+and compared with the cost model (bench/bench_cost.py FILE does the same). It
+has not been run on GPUs in this repository's development.
 """
 
 from __future__ import annotations
@@ -37,7 +46,15 @@ def main(argv=None) -> int:
     ap.add_argument("--iters", type=int, default=10)
     ap.add_argument("--repeat", type=int, default=1)
     ap.add_argument("--option", choices=("on", "off", "both"), default="both")
+    ap.add_argument("--gpu", action="store_true",
+                    help="NCCL sweep on local GPUs instead of the gloo replay (see above)")
+    ap.add_argument("--topology", default="dgx-h100",
+                    help="--gpu: topology the measured points are compared on")
+    ap.add_argument("--out", default="nccl_measured.toml", help="--gpu: calibration file out")
+    ap.add_argument("--max-bytes", type=int, default=1 << 33, help="--gpu: largest size")
     args = ap.parse_args(argv)
+    if args.gpu:
+        return gpu_sweep(args)
 
     toggles = {"on": (True,), "off": (False,), "both": (True, False)}[args.option]
     print(f"replay bench: world {args.world}, tp {args.tp} pp {args.pp} cp {args.cp} "
@@ -74,6 +91,26 @@ def main(argv=None) -> int:
         print(f"{'on' if ag else 'off':8s} {len(layout.creation_order):6d} "
               + " ".join(f"{med[key]:8.2f}s" for _, key in PHASES) + f"   {probe}")
     return rc
+
+
+def gpu_sweep(args) -> int:
+    """The --gpu path: measure, write the calibration file, compare with the model."""
+    from pathlib import Path
+
+    from simharness.replay.nccl_sweep import DEFAULT_SIZES, SweepOptions, run_sweep, to_toml
+    from simharness.topology.calibration import evaluate, format_table, load_points
+
+    sizes = tuple(s for s in DEFAULT_SIZES if s <= args.max_bytes)
+    result = run_sweep(SweepOptions(world=args.world, backend="nccl", sizes=sizes,
+                                    iters=args.iters))
+    Path(args.out).write_text(to_toml(result, topology=args.topology))
+    print(f"wrote {args.out}: {len(result['rows'])} points, NCCL {result.get('nccl', '?')}, "
+          f"{result.get('gpu', '?')}")
+    ov = result["overlap"]
+    print(f"reduce-scatter + all-gather of {ov['size'] / 2**20:.0f} MiB: one communicator "
+          f"{ov['one_communicator']:.1f} us, two {ov['two_communicators']:.1f} us")
+    print(format_table([evaluate(p) for p in load_points(args.out)]))
+    return 0
 
 
 if __name__ == "__main__":

@@ -19,7 +19,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from simharness import ParallelismConfig, build_layout  # noqa: E402
 from simharness.topology import load_cluster  # noqa: E402
-from simharness.topology.cost import bus_bandwidth  # noqa: E402
+from simharness.topology.cost import predict  # noqa: E402
 from simharness.topology.locality import analyse  # noqa: E402
 from simharness.topology.overlap import simulate  # noqa: E402
 from simharness.topology.placement import place_layout  # noqa: E402
@@ -36,50 +36,50 @@ CONFIGS = {
 }
 
 
-def timed(fn):
+def timed(fn, *args, **kwargs):
     t = time.perf_counter()
-    out = fn()
+    out = fn(*args, **kwargs)
     return out, time.perf_counter() - t
 
 
 def bench_scale() -> None:
-    cluster, t_cluster = timed(lambda: load_cluster("dgx-h100-superpod", WORLD // 8))
+    cluster, t_cluster = timed(load_cluster, "dgx-h100-superpod", WORLD // 8)
     _, t_graph = timed(cluster.graph)
     print(f"cluster: {cluster.n_devices} GPUs, {cluster.n_leaves} leaves; load {t_cluster:.3f} s, "
           f"networkx graph {t_graph:.2f} s (not needed for placement or simulation)")
     print(f"{'config':28s} {'layout':>7s} {'place':>7s} {'locality':>9s} {'simulate':>9s} "
           f"{'total':>7s}  kinds findings gain")
     for name, sizes in CONFIGS.items():
-        lay, t_lay = timed(lambda: build_layout(ParallelismConfig(world_size=WORLD, **sizes)))
-        placement, t_place = timed(lambda: place_layout(lay, cluster))
-        (rows, findings), t_loc = timed(lambda: analyse(lay, placement))
-        rep, t_sim = timed(lambda: simulate(lay, placement, model_bytes=140e9, layers=80,
-                                            compute_ms=5.0))
+        lay, t_lay = timed(build_layout, ParallelismConfig(world_size=WORLD, **sizes))
+        placement, t_place = timed(place_layout, lay, cluster)
+        (rows, findings), t_loc = timed(analyse, lay, placement)
+        rep, t_sim = timed(simulate, lay, placement, model_bytes=140e9, layers=80,
+                             compute_ms=5.0)
         total = t_place + t_loc + t_sim
         print(f"{name:28s} {t_lay:7.3f} {t_place:7.3f} {t_loc:9.3f} {t_sim:9.3f} {total:7.3f}"
               f"  {len(rows):5d} {len(findings):8d} {rep.gain_pct:5.1f}%")
 
 
 def calibration() -> None:
+    """A few groups' NCCL pick and busbw next to PyTorch DTensor's MeshTopoInfo baseline;
+    the sourced comparison with published figures is bench/bench_cost.py."""
     size = 8 * 2 ** 30
     node = load_cluster("dgx-h100")
-    rows = [("8 x H100, one node", node, range(8), "all_gather", "370 (nccl-tests #212/#290)"),
-            ("8 x H100, one node", node, range(8), "all_reduce", "370 ring (480 with NVLS)")]
+    rows = [("8 x H100, one node", node, range(8), "all_gather"),
+            ("8 x H100, one node", node, range(8), "all_reduce")]
     for n in (2, 4):
         c = load_cluster("dgx-h100-superpod", n)
-        rows.append((f"{n} nodes x 8, rails", c, range(8 * n), "all_reduce",
-                     "400-450 (vendor blogs)"))
-        rows.append((f"{n} nodes x 8, rails", c, range(8 * n), "all_gather",
-                     "368-384 (8 NICs x 46-48)"))
-        rows.append((f"{n} nodes x 1 GPU, rail 0", c, [8 * i for i in range(n)], "all_gather",
-                     "46-48 (one NDR NIC)"))
-    print(f"\ncalibration, busbw GB/s at {size / 2**30:.0f} GiB (ring model):")
-    print(f"{'case':26s} {'collective':11s} {'predicted':>9s}  reference / DTensor baseline")
-    for label, c, ranks, coll, ref in rows:
-        pred = bus_bandwidth(c, ranks, coll, size)
+        rows.append((f"{n} nodes x 8, rails", c, range(8 * n), "all_reduce"))
+        rows.append((f"{n} nodes x 8, rails", c, range(8 * n), "all_gather"))
+        rows.append((f"{n} nodes x 1 GPU, rail 0", c, [8 * i for i in range(n)], "all_gather"))
+    print(f"\nNCCL model, busbw GB/s at {size / 2**30:.0f} GiB (published figures: "
+          "bench/bench_cost.py):")
+    print(f"{'case':26s} {'collective':11s} {'pick':16s} {'predicted':>9s}  DTensor baseline")
+    for label, c, ranks, coll in rows:
+        e = predict(c, ranks, coll, size)
         inter = c.n_domains > 1 and len({r // 8 for r in ranks}) > 1
         dtensor = 87.7 * (0.22 if inter else 1.0)
-        print(f"{label:26s} {coll:11s} {pred:9.1f}  {ref}  / {dtensor:.1f}")
+        print(f"{label:26s} {coll:11s} {e.pick:16s} {e.busbw_gb_per_s:9.1f}  {dtensor:.1f}")
 
 
 if __name__ == "__main__":

@@ -32,8 +32,10 @@ import difflib
 import json
 import os
 import re
+import sys
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Mapping
+from typing import Any
 
 from .config import ALIASES, ParallelismConfig
 from .errors import SimharnessError
@@ -100,9 +102,9 @@ def _parse(text: str, path: str, fmt: str) -> Any:
                                   f"{exc.colno}); fix the syntax.", path=path,
                                   line=exc.lineno) from None
     if fmt == "toml":
-        try:
+        if sys.version_info >= (3, 11):
             import tomllib
-        except ModuleNotFoundError:  # Python 3.10
+        else:  # Python 3.10: the tomli backport, a dependency there
             import tomli as tomllib
 
         try:
@@ -150,70 +152,73 @@ def _unknown(path: str, where: str, keys: list[str], known: set[str]) -> ConfigF
         f"names (e.g. tensor_model_parallel_size) or remove them.", path=path)
 
 
+_KNOWN = set(ParallelismConfig.field_names()) | set(ALIASES)
+
+
 def config_from_mapping(data: Any, path: str = "<config>") -> ConfigFile:
     """Interpret a parsed document (bare fields or a NeMo recipe)."""
     if not isinstance(data, Mapping):
         kind = "empty" if data is None else f"a {type(data).__name__}"
         raise ConfigFileError(f"{path}: expected a mapping of configuration fields, the file is "
                               f"{kind}; write e.g. 'tensor_model_parallel_size: 2'.", path=path)
-    known = set(ParallelismConfig.field_names()) | set(ALIASES)
-    nodes = gpus = None
     if "trainer" in data or "strategy" in data:
-        trainer = data.get("trainer", {}) if "trainer" in data else {}
-        if not isinstance(trainer, Mapping):
-            raise ConfigFileError(f"{path}: 'trainer' must be a mapping.", path=path)
-        strategy = trainer.get("strategy", data.get("strategy"))
-        if not isinstance(strategy, Mapping):
-            raise ConfigFileError(
-                f"{path}: the recipe has no 'trainer.strategy' mapping with the parallelism "
-                f"fields; add one, or write the ParallelismConfig fields at the top level.",
-                path=path)
-        merged: dict[str, Any] = {}
-        for key, value in strategy.items():
-            if key in STRATEGY_NESTED:
-                if not isinstance(value, Mapping):
-                    raise ConfigFileError(f"{path}: trainer.strategy.{key} must be a mapping.",
-                                          path=path)
-                merged.update(value)
-            else:
-                merged[key] = value
-        fields_ = {}
-        unknown = []
-        for key, value in merged.items():
-            key = str(key)
-            if key in known:
-                fields_[key] = value
-            elif key in STRATEGY_IGNORED or key.startswith(("ckpt_", "_")):
-                continue
-            else:
-                unknown.append(key)
-        if unknown:
-            raise _unknown(path, "trainer.strategy", unknown, known)
-        nodes = trainer.get("num_nodes")
-        gpus = trainer.get("devices")
-        # 'auto', -1 or a list of devices say nothing about the world.
-        nodes = nodes if isinstance(nodes, int) and not isinstance(nodes, bool) else None
-        gpus = gpus if isinstance(gpus, int) and not isinstance(gpus, bool) and gpus > 0 else None
-        mcore = data.get("mcore")
+        fields_, nodes, gpus = _from_recipe(data, path)
     else:
-        fields_ = {}
-        unknown = []
-        for key, value in data.items():
-            key = str(key)
-            if key in known:
-                fields_[key] = value
-            elif key not in EXTRA_KEYS:
-                unknown.append(key)
+        fields_, unknown = _known_fields(data, skip=lambda key: key in EXTRA_KEYS)
         if unknown:
-            raise _unknown(path, "the file", unknown, known | set(EXTRA_KEYS))
-        mcore = data.get("mcore")
+            raise _unknown(path, "the file", unknown, _KNOWN | set(EXTRA_KEYS))
         nodes = _whole(path, "nodes", data.get("nodes"))
         gpus = _whole(path, "gpus_per_node", data.get("gpus_per_node"))
-    if mcore is not None:
-        mcore = str(mcore)
+    mcore = data.get("mcore")
     # Normalise aliases to field names so later overrides replace them.
     fields_ = {ALIASES.get(k, k): v for k, v in fields_.items()}
-    return ConfigFile(path=path, fields=fields_, mcore=mcore, nodes=nodes, gpus_per_node=gpus)
+    return ConfigFile(path=path, fields=fields_, mcore=None if mcore is None else str(mcore),
+                      nodes=nodes, gpus_per_node=gpus)
+
+
+def _known_fields(items: Mapping, skip: Callable[[str], bool]) -> tuple[dict[str, Any], list[str]]:
+    """The configuration fields of ``items`` and its unknown keys (``skip``ped keys in neither)."""
+    fields_: dict[str, Any] = {}
+    unknown: list[str] = []
+    for key, value in items.items():
+        key = str(key)
+        if key in _KNOWN:
+            fields_[key] = value
+        elif not skip(key):
+            unknown.append(key)
+    return fields_, unknown
+
+
+def _from_recipe(data: Mapping, path: str) -> tuple[dict[str, Any], int | None, int | None]:
+    """Fields, nodes and GPUs per node of a NeMo recipe (``trainer.strategy``)."""
+    trainer = data.get("trainer", {}) if "trainer" in data else {}
+    if not isinstance(trainer, Mapping):
+        raise ConfigFileError(f"{path}: 'trainer' must be a mapping.", path=path)
+    strategy = trainer.get("strategy", data.get("strategy"))
+    if not isinstance(strategy, Mapping):
+        raise ConfigFileError(
+            f"{path}: the recipe has no 'trainer.strategy' mapping with the parallelism "
+            f"fields; add one, or write the ParallelismConfig fields at the top level.",
+            path=path)
+    merged: dict[str, Any] = {}
+    for key, value in strategy.items():
+        if key in STRATEGY_NESTED:
+            if not isinstance(value, Mapping):
+                raise ConfigFileError(f"{path}: trainer.strategy.{key} must be a mapping.",
+                                      path=path)
+            merged.update(value)
+        else:
+            merged[key] = value
+    fields_, unknown = _known_fields(
+        merged, skip=lambda key: key in STRATEGY_IGNORED or key.startswith(("ckpt_", "_")))
+    if unknown:
+        raise _unknown(path, "trainer.strategy", unknown, _KNOWN)
+    nodes = trainer.get("num_nodes")
+    gpus = trainer.get("devices")
+    # 'auto', -1 or a list of devices say nothing about the world.
+    nodes = nodes if isinstance(nodes, int) and not isinstance(nodes, bool) else None
+    gpus = gpus if isinstance(gpus, int) and not isinstance(gpus, bool) and gpus > 0 else None
+    return fields_, nodes, gpus
 
 
 def parse_config_text(text: str, path: str = "<config>", fmt: str | None = None) -> ConfigFile:

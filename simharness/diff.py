@@ -151,7 +151,7 @@ class LayoutDiff:
 
         def dist(c):
             values, counts = np.unique(c, return_counts=True)
-            return {str(int(v)): int(n) for v, n in zip(values, counts)}
+            return {str(int(v)): int(n) for v, n in zip(values, counts, strict=True)}
 
         changed = self.ranks_communicators_changed
         return {

@@ -15,6 +15,7 @@ per-rank rows of a CSV export, and which groups cross node boundaries.
 from __future__ import annotations
 
 from dataclasses import dataclass
+
 import numpy as np
 
 RANK_COLUMNS = ("rank", "kind", "group_desc", "backend", "group", "position", "group_rank",

@@ -11,7 +11,9 @@
 # (tests/megatron_harness.py::load_parallel_state_file) and check its sha256
 # against tests/megatron_harness.py::MCORE_WHEELS.
 # The tests call the same download themselves when the file is missing and
-# skip when it cannot be fetched; this script is for doing it by hand.
+# skip when it cannot be fetched (fail under SIMHARNESS_REQUIRE_PARITY=1, which
+# .ci/run sets after `make fetch-mcore` fetched and verified every pinned version);
+# this script is for doing it by hand.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PY=${PYTHON:-.venv/bin/python}

@@ -50,6 +50,46 @@ KNOWN_BACKENDS = ("nccl", "gloo", "ucc", "fake")
 Call = tuple[str, tuple[int, ...], str]  # (group_desc, ranks as passed, backend)
 
 
+# ------------------------------------------------------- parity unavailable
+REQUIRE_PARITY_ENV = "SIMHARNESS_REQUIRE_PARITY"  # "1": a parity tier that cannot run fails
+CACHE_ENV = "SIMHARNESS_MCORE_CACHE"  # where the wheels' parallel_state.py go (default .cache)
+
+
+def parity_unavailable(reason: str, *, module: bool = False):
+    """Skip a parity test (or, with ``module``, its whole module) whose megatron-core
+    cannot be had, with the reason; with ``SIMHARNESS_REQUIRE_PARITY=1`` (set by CI)
+    fail instead, so that a parity tier never vanishes silently."""
+    import pytest
+
+    if os.environ.get(REQUIRE_PARITY_ENV) == "1":
+        pytest.fail(f"{reason} ({REQUIRE_PARITY_ENV}=1: the parity tests must run)",
+                    pytrace=False)
+    pytest.skip(reason, allow_module_level=module)
+
+
+def require_installed_megatron(*, module: bool = False) -> None:
+    """The installed megatron-core (0.16.1, a test dependency) or :func:`parity_unavailable`."""
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            import megatron.core  # noqa: F401
+    except ImportError as exc:
+        parity_unavailable(f"megatron-core 0.16.1 is a test dependency (pip install -e "
+                           f"'.[test]'): {exc}", module=module)
+
+
+def parity_module(root: str | os.PathLike, version: str):
+    """megatron-core ``version``'s ``parallel_state`` (installed for 0.16.1, else from the
+    pinned wheel), or :func:`parity_unavailable` with the reason."""
+    if version == "0.16.1":
+        require_installed_megatron()
+        return load_parallel_state_016()
+    try:
+        return load_version(root, version)
+    except RuntimeError as exc:
+        parity_unavailable(f"megatron-core {version} not available: {exc}")
+
+
 # ---------------------------------------------------------------- loading
 def load_parallel_state_016():
     """The installed megatron-core's ``parallel_state`` (0.16.1 in the test venv)."""
@@ -246,77 +286,31 @@ def _copy(v):
 def read_getters(ps, mcore: str) -> dict[str, Any]:
     """Megatron's view of the current rank, in plain values.
 
-    Group objects become their sorted torch ranks; ``*_GLOBAL_RANKS`` module
-    globals keep Megatron's order; getters that assert become ``RAISES``.
-    ``mcore`` is the simharness profile the module should follow; its flags pick
-    the getter signatures (``with_gtp_remat`` with the GTP axis, the
-    ``independent_all_gather`` getter with the in-init AG group).
+    Every getter of the profile's table (:func:`simharness.getters.megatron_getters`,
+    the one replay and ``verify_live`` use) under its kind; group objects become
+    their sorted torch ranks, getters that assert become ``RAISES``. The
+    ``*_GLOBAL_RANKS`` module globals (``<kind>_global_ranks``) keep Megatron's
+    order. ``mcore`` is the simharness profile the module should follow.
     """
+    from simharness.getters import megatron_getters, ordered_rank_globals
     from simharness.profiles import get_profile
 
     prof = get_profile(mcore)
-    # with_gtp_remat=False is the group 0.16-0.18 return by default.
-    gtp_kw = {"with_gtp_remat": False} if prof.gtp_axis else {}
     out: dict[str, Any] = {}
     g = out.__setitem__
-    g("tp", _g(ps.get_tensor_model_parallel_group))
-    g("pp", _g(ps.get_pipeline_model_parallel_group))
-    g("mp", _g(ps.get_model_parallel_group))
-    g("cp", _g(ps.get_context_parallel_group))
-    g("dp", _g(lambda: ps.get_data_parallel_group()))
-    g("dp_cp", _g(lambda: ps.get_data_parallel_group(with_context_parallel=True)))
-    g("tp_dp", _g(lambda: ps.get_tensor_and_data_parallel_group()))
-    g("tp_dp_cp", _g(lambda: ps.get_tensor_and_data_parallel_group(with_context_parallel=True)))
-    g("tp_cp", _g(ps.get_tensor_and_context_parallel_group))
-    g("ep", _g(ps.get_expert_model_parallel_group))
-    g("ep_tp", _g(ps.get_expert_tensor_parallel_group))
-    g("tp_ep_mp", _g(ps.get_expert_tensor_and_model_parallel_group))
-    g("tp_ep_pp", _g(ps.get_expert_tensor_model_pipeline_parallel_group))
-    g("ep_dp", _g(lambda: ps.get_expert_data_parallel_group()))
-    g("intra_ep_dp", _g(lambda: ps.get_expert_data_parallel_group(
-        **gtp_kw, partial_expert_data_parallel=True)))
-    g("inter_ep_dp", _g(lambda: ps.get_inter_distributed_optimizer_instance_group(
-        check_initialized=False)))
-    g("intra_dist_opt", _g(ps.get_intra_distributed_optimizer_instance_group))
-    g("embd", _g(lambda: ps.get_embedding_group(check_initialized=False)))
-    g("pos_embd", _g(lambda: ps.get_position_embedding_group(check_initialized=False)))
-    g("dp_gloo", _g(lambda: ps.get_data_parallel_group_gloo()))
-    g("dp_cp_gloo", _g(lambda: ps.get_data_parallel_group_gloo(with_context_parallel=True)))
-    g("ep_dp_gloo", _g(lambda: ps.get_expert_data_parallel_group_gloo()))
+    for kind, get in megatron_getters(mcore).items():
+        g(kind, _g(lambda get=get: getattr(ps, get.function)(**dict(get.kwargs))))
+    for kind, name in ordered_rank_globals(mcore).items():
+        g(f"{kind}_global_ranks", _copy(getattr(ps, name)))
     hcp = ps.get_hierarchical_context_parallel_groups(check_initialized=False)
     g("hcp", None if hcp is None else [group_ranks(x) for x in hcp])
     g("hybrid", {int(k): group_ranks(v) for k, v in (ps._HYBRID_DP_CP_GROUPS or {}).items()})
-    g("intra_dp_cp", _g(lambda: ps.get_data_parallel_group(
-        with_context_parallel=True, **gtp_kw, partial_data_parallel=True)))
     # The module's API against the profile's flags.
     g("api_ag_in_init", hasattr(ps, "has_separate_all_gather_group"))
     g("api_ag_after_init", hasattr(ps, "create_all_gather_groups"))
     g("api_gtp", hasattr(ps, "get_gtp_weight_remat_group"))
     if prof.ag_in_init:
-        g("dp_cp_ag", _g(lambda: ps.get_data_parallel_group(
-            with_context_parallel=True, independent_all_gather=True)))
         g("has_ag", ps.has_separate_all_gather_group())
-    if prof.gtp_axis:
-        g("dp_replicate", _g(lambda: ps.get_data_parallel_group(with_gtp_remat=False)))
-        g("dp_cp_replicate", _g(lambda: ps.get_data_parallel_group(
-            with_context_parallel=True, with_gtp_remat=False)))
-        g("gtp_remat", _g(ps.get_gtp_weight_remat_group))
-        g("expt_gtp_remat", _g(ps.get_expert_gtp_weight_remat_group))
-        g("tp_ep_egtp_pp", _g(lambda: ps.get_expert_tensor_model_pipeline_parallel_group(
-            with_egtp_remat=True)))
-        g("ep_dp_replicate", _g(lambda: ps.get_expert_data_parallel_group(
-            with_gtp_remat=False)))
-        g("gtp_global_ranks", _copy(ps._GTP_WEIGHT_REMAT_GLOBAL_RANKS))
-    # Megatron-order rank lists.
-    g("tp_global_ranks", _copy(ps._TENSOR_MODEL_PARALLEL_GLOBAL_RANKS))
-    g("pp_global_ranks", _copy(ps._PIPELINE_GLOBAL_RANKS))
-    g("dp_global_ranks", _copy(ps._DATA_PARALLEL_GLOBAL_RANKS))
-    g("dp_cp_global_ranks", _copy(ps._DATA_PARALLEL_GLOBAL_RANKS_WITH_CP))
-    g("cp_global_ranks", _copy(ps._CONTEXT_PARALLEL_GLOBAL_RANKS))
-    g("mp_global_ranks", _copy(ps._MODEL_PARALLEL_GLOBAL_RANKS))
-    g("ep_global_ranks", _copy(ps._EXPERT_MODEL_PARALLEL_RANKS))
-    g("embd_global_ranks", _copy(ps._EMBEDDING_GLOBAL_RANKS))
-    g("pos_embd_global_ranks", _copy(ps._POSITION_EMBEDDING_GLOBAL_RANKS))
     # Ranks within groups and stage flags.
     g("tp_rank", _call(ps.get_tensor_model_parallel_rank))
     g("pp_rank", _call(ps.get_pipeline_model_parallel_rank))
@@ -424,7 +418,7 @@ def version_tag(version: str) -> str:
 def fetch_parallel_state(root: str | os.PathLike, version: str, *,
                          timeout: float = 180.0) -> Path:
     """Path of megatron-core ``version``'s ``parallel_state.py`` under
-    ``root/.cache/mcore{tag}``, downloading the wheel with pip when it is missing
+    ``root/.cache/mcore{tag}`` (``$SIMHARNESS_MCORE_CACHE/mcore{tag}`` when set), downloading the wheel with pip when it is missing
     (``tests/fetch_mcore019.sh VERSION`` does the same by hand).
 
     ``version`` must be a key of :data:`MCORE_WHEELS` (its sha256 is pinned).
@@ -436,7 +430,7 @@ def fetch_parallel_state(root: str | os.PathLike, version: str, *,
     import zipfile
 
     sha256 = MCORE_WHEELS[version]
-    cache = Path(root) / ".cache"
+    cache = Path(os.environ.get(CACHE_ENV) or Path(root) / ".cache")
     dest = cache / f"mcore{version_tag(version)}"
     target = dest / "megatron" / "core" / "parallel_state.py"
 
@@ -499,10 +493,13 @@ def load_version(root: str | os.PathLike, version: str):
 def simharness_view(layout, rank: int) -> dict[str, Any]:
     """What :func:`read_getters` should read on ``rank``, computed from a simharness layout.
 
-    Only the layout's own API is used: ``layout.rank(r)`` memberships (Megatron
-    order; sorted where torch sorts) and ``layout.get_data_parallel_group``.
+    Only the layout's own API and the getter table are used: ``layout.rank(r)``
+    memberships (Megatron order; sorted where torch sorts), or the getter's
+    ``alias`` where the kind is not built; ``layout.get_data_parallel_group``
+    called with the keywords of each ``get_data_parallel_group`` row must agree.
     """
     from simharness import GroupNotInitialized
+    from simharness.getters import megatron_getters, ordered_rank_globals
 
     cfg = layout.config
     view = layout.rank(rank)
@@ -513,75 +510,45 @@ def simharness_view(layout, rank: int) -> dict[str, Any]:
         m = groups.get(kind)
         return None if m is None else sorted(int(x) for x in m.ranks)
 
-    def meg(kind):
-        m = groups.get(kind)
-        return None if m is None else [int(x) for x in m.ranks]
-
-    def need(kind):
-        return RAISES if kind not in groups else srt(kind)
-
     def dpg(**kw):
         try:
             return sorted(layout.get_data_parallel_group(rank, **kw))
         except GroupNotInitialized:
             return RAISES
 
-    n = cfg.num_distributed_optimizer_instances
-    egtp = prof.gtp_axis and cfg.expert_gtp_remat_size > 1
-    gtp = prof.gtp_axis and cfg.gtp_remat_size > 1
-    out: dict[str, Any] = {
-        "tp": srt("tp"), "pp": srt("pp"), "mp": srt("mp"), "cp": srt("cp"),
-        "dp": dpg(), "dp_cp": dpg(with_context_parallel=True),
-        "tp_dp": srt("tp_dp"), "tp_dp_cp": srt("tp_dp_cp"), "tp_cp": srt("tp_cp"),
-        "ep": srt("ep"), "ep_tp": srt("ep_tp"), "tp_ep_mp": srt("tp_ep_mp"),
-        "tp_ep_pp": srt("tp_ep_pp"),
-        "ep_dp": srt("ep_gtp_remat_dp" if egtp else "ep_dp"),
-        "intra_ep_dp": srt("intra_ep_dp" if n > 1 else "ep_dp"),
-        "inter_ep_dp": srt("inter_ep_dp"),
-        "intra_dist_opt": srt("intra_dist_opt"),
-        "embd": srt("embd"), "pos_embd": srt("pos_embd"),
-        "dp_gloo": need("dp_gloo"), "dp_cp_gloo": need("dp_cp_gloo"),
-        "ep_dp_gloo": need("ep_dp_gloo"),
-        "hcp": ([srt(f"hcp_l{i}") for i in range(len(cfg.hierarchical_context_parallel_sizes))]
-                if cfg.hierarchical_context_parallel_sizes else None),
-        "hybrid": {int(k.rsplit("_", 1)[1]): srt(k) for k in groups
-                   if k.startswith("hybrid_dp_cp_")},
-    }
-    gtp_kw = {"with_gtp_remat": False} if prof.gtp_axis else {}
-    out["intra_dp_cp"] = dpg(with_context_parallel=True, **gtp_kw, partial_data_parallel=True)
+    def expect(kind, get):
+        want = next((srt(k) for k in (kind, get.alias) if k in groups),
+                    RAISES if get.raises_when_missing else None)
+        if get.function == "get_data_parallel_group" and dpg(**dict(get.kwargs)) != want:
+            return f"layout.{get.label} = {dpg(**dict(get.kwargs))}, the {kind} group {want}"
+        return want
+
+    out: dict[str, Any] = {kind: expect(kind, get)
+                           for kind, get in megatron_getters(layout.mcore).items()}
+    for kind in ordered_rank_globals(layout.mcore):
+        m = groups.get(kind)
+        out[f"{kind}_global_ranks"] = None if m is None else [int(x) for x in m.ranks]
+    out["hcp"] = ([srt(f"hcp_l{i}") for i in range(len(cfg.hierarchical_context_parallel_sizes))]
+                  if cfg.hierarchical_context_parallel_sizes else None)
+    out["hybrid"] = {int(k.rsplit("_", 1)[1]): srt(k) for k in groups
+                     if k.startswith("hybrid_dp_cp_")}
     out["api_ag_in_init"] = prof.ag_in_init
     out["api_ag_after_init"] = prof.ag_after_init
     out["api_gtp"] = prof.gtp_axis
     if prof.ag_in_init:
-        out["dp_cp_ag"] = dpg(with_context_parallel=True, independent_all_gather=True)
         out["has_ag"] = "dp_cp_ag" in groups
-    if prof.gtp_axis:
-        out["dp_replicate"] = dpg(with_gtp_remat=False)
-        out["dp_cp_replicate"] = dpg(with_context_parallel=True, with_gtp_remat=False)
-        out["gtp_remat"] = srt("gtp_remat")
-        out["expt_gtp_remat"] = srt("expt_gtp_remat")
-        out["tp_ep_egtp_pp"] = srt("tp_ep_egtp_pp")
-        out["ep_dp_replicate"] = srt("ep_dp")
-        out["gtp_global_ranks"] = meg("gtp_remat")
-    out.update({
-        "tp_global_ranks": meg("tp"), "pp_global_ranks": meg("pp"),
-        "dp_global_ranks": meg("dp"), "dp_cp_global_ranks": meg("dp_cp"),
-        "cp_global_ranks": meg("cp"), "mp_global_ranks": meg("mp"),
-        "ep_global_ranks": meg("ep"), "embd_global_ranks": meg("embd"),
-        "pos_embd_global_ranks": meg("pos_embd"),
-    })
     c = view.coordinates
     # Megatron's *_rank() getters are torch ranks in the group (position in the sorted list).
-    dp_full = out["dp"]
-    dpcp_full = out["dp_cp"]
+    # 0.19's defaults count GTP peers in (with_gtp_remat=True); the layout's coordinates
+    # are the replicate ranks, so with GTP > 1 read the merged group.
+    gtp = prof.gtp_axis and cfg.gtp_remat_size > 1
+    egtp = prof.gtp_axis and cfg.expert_gtp_remat_size > 1
     out.update({
         "tp_rank": c["tp"], "pp_rank": c["pp"], "cp_rank": c["cp"],
-        # 0.19's defaults count GTP peers in (with_gtp_remat=True); the layout's
-        # coordinates are the replicate ranks, so with gtp > 1 read the full group.
-        "dp_rank": dp_full.index(rank) if gtp else c["dp"],
-        "dp_cp_rank": dpcp_full.index(rank) if gtp else c["dp_cp"],
+        "dp_rank": dpg().index(rank) if gtp else c["dp"],
+        "dp_cp_rank": dpg(with_context_parallel=True).index(rank) if gtp else c["dp_cp"],
         "ep_rank": c["ep"], "etp_rank": c["etp"],
-        "edp_rank": out["ep_dp"].index(rank) if egtp else c["edp"],
+        "edp_rank": srt("ep_gtp_remat_dp").index(rank) if egtp else c["edp"],
         "first_stage": view.is_first_stage, "last_stage": view.is_last_stage,
         "in_embd": view.in_embedding_group, "in_pos_embd": view.in_position_embedding_group,
         "vpp_size": cfg.virtual_pipeline_model_parallel_size,
@@ -616,3 +583,20 @@ def assert_runs_match(runs: dict, expected: list, layout, ag: bool) -> None:
             want = tuple(None if k not in view else sorted(int(x) for x in view[k].ranks)
                          for k in ("dp_cp_ag", "ep_dp_ag"))
             assert run.extra == want, f"rank {r}: create_all_gather_groups()"
+
+
+def fetch_all(root: str | os.PathLike) -> int:
+    """Fetch every pinned version (:data:`MCORE_WHEELS`); 1 with the reasons when one fails.
+    ``python tests/megatron_harness.py`` (CI runs it before the tests)."""
+    failed = 0
+    for version in MCORE_WHEELS:
+        try:
+            print(f"megatron-core {version}: {fetch_parallel_state(root, version)}")
+        except RuntimeError as exc:
+            print(f"error: megatron-core {version}: {exc}", file=sys.stderr)
+            failed = 1
+    return failed
+
+
+if __name__ == "__main__":
+    sys.exit(fetch_all(Path(__file__).resolve().parent.parent))

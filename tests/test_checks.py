@@ -196,3 +196,41 @@ def test_check_handles_a_large_world_quickly_enough_to_run_here():
     fs = check(lay)
     assert not codes(fs, "error")
     assert np.array_equal(lay.groups("dp_cp_ag"), lay.groups("dp_cp"))
+
+
+def test_creation_order_that_joins_other_groups_as_many_times_is_caught():
+    """The creation sequence and the per-rank view disagree in content with the same count:
+    rank 15's cp group is never created, and it joins a second tp group instead."""
+    def edit(d):
+        for lp in d["creation_order"]["loops"]:
+            if [s["kinds"] for s in lp["steps"]] == [["cp"]]:
+                lp["n_iter"] -= 1  # the last cp group ([13, 15]) is never created
+        d["kinds"]["tp"]["groups"][6] = [12, 15]  # rank 15 joins tp [12, 15] and [14, 15]
+    lay = edited(layout(), edit)
+    view = lay.rank(15).groups
+    joined = [gc for gc in lay.creation_order if 15 in gc.ranks]
+    assert len(joined) == len(view)  # same length: only the contents differ
+    messages = [f.message for f in only(check(lay), "creation-order")]
+    assert ("rank 15: the groups it joins in the creation sequence differ from its per-rank "
+            "view") in messages
+
+
+@pytest.mark.parametrize("offset", [0, 16])
+def test_4261_cause_names_the_rank_offset_exactly_when_there_is_one(offset):
+    """A misaligned AG group under 0.19 with the default order: the #4261 cause (the
+    generator's hard-coded rank_offset 0) is named when the job has an offset, not otherwise."""
+    cfg = ParallelismConfig.from_megatron(
+        world_size=16 + offset, tensor_model_parallel_size=2, pipeline_model_parallel_size=2,
+        context_parallel_size=2, rank_offset=offset, local_world_size=16, mcore="0.19")
+    lay = build_layout(cfg.replace(create_all_gather_group=True), "0.19")
+
+    def edit(d):  # the AG groups inside the job's ranks, one in another order
+        groups = lay.groups("dp_cp").tolist()
+        groups[0][1], groups[0][2] = groups[0][2], groups[0][1]
+        d["kinds"]["dp_cp_ag"]["groups"] = groups
+    message = only(check(edited(lay, edit)), "ag-mismatch")[0].message
+    if offset:
+        assert "cause:" in message and "#4261" in message
+        assert f"rank_offset {offset}" in message
+    else:
+        assert "cause" not in message and "#4261" not in message

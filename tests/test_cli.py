@@ -6,12 +6,11 @@ import csv
 import io
 import json
 
-import pytest
 from click.testing import CliRunner
 
 import simharness
 from cli import main
-from simharness import Finding, Layout
+from simharness import Layout
 
 EX = ["-n", "16", "--tp", "2", "--pp", "2", "--cp", "2"]
 BIG = ["-n", "131072", "--tp", "8", "--pp", "8"]
@@ -128,29 +127,32 @@ def test_check_clean_exit_0_and_formats():
     assert run("check", *EX, "-q").stdout == ""
 
 
-@pytest.fixture
-def fake_findings(monkeypatch):
-    def install(*findings):
-        monkeypatch.setattr("simharness.checks.check", lambda layout: list(findings))
-    return install
+# Real inputs, no mocked checks: issue #4261 (0.19, AG on, tp-cp-ep-pp-dp) is an error,
+# etp > tp a warning.
+AG_4261 = ["-n", "16", "--tp", "2", "--pp", "2", "--cp", "2", "--ep", "2", "--mcore", "0.19",
+           "--create-all-gather-group", "--order", "tp-cp-ep-pp-dp"]
+ETP_OVER_TP = ["-n", "16", "--tp", "2", "--etp", "4"]
 
 
-def test_check_error_finding_exits_1(fake_findings):
-    fake_findings(Finding("ag-mismatch", "error", "all-gather groups differ", (0, 1, 2, 3)),
-                  Finding("big", "warning", "many communicators"))
-    res = run("check", *EX, ok=(1,))
-    out = res.stdout
-    assert out.index("errors (1)") < out.index("warnings (1)")
-    assert "ag-mismatch" in out and "ranks 0-3" in out and "FAIL" in out
-    data = json.loads(run("check", *EX, "-f", "json", ok=(1,)).stdout)
-    assert data["findings"][0]["code"] == "ag-mismatch" and data["exit_code"] == 1
+def test_check_error_finding_exits_1():
+    out = run("check", *AG_4261, ok=(1,)).stdout
+    assert out.index("errors (2)") < out.index("info (")
+    assert "x ag-mismatch: dp_cp_ag" in out and "[0, 2, 4, 6]" in out and "[0, 2, 8, 10]" in out
+    assert "ranks 0-15" in out and "FAIL (exit 1)" in out
+    data = json.loads(run("check", *AG_4261, "-f", "json", ok=(1,)).stdout)
+    assert [f["code"] for f in data["findings"] if f["severity"] == "error"] == [
+        "ag-mismatch", "ag-mismatch"]
+    assert data["exit_code"] == 1 and data["counts"]["error"] == 2
+    # The same job with the default order is clean: the exit status follows the findings.
+    assert json.loads(run("check", *AG_4261[:-2], "-f", "json").stdout)["counts"]["error"] == 0
 
 
-def test_check_strict_turns_warnings_into_failures(fake_findings):
-    fake_findings(Finding("big", "warning", "many communicators"))
-    run("check", *EX, ok=(0,))
-    res = run("check", *EX, "--strict", ok=(1,))
+def test_check_strict_turns_warnings_into_failures():
+    out = run("check", *ETP_OVER_TP, ok=(0,)).stdout
+    assert "! suspicious-etp" in out and "0 errors, 2 warnings" in out and "OK" in out
+    res = run("check", *ETP_OVER_TP, "--strict", ok=(1,))
     assert "failures under --strict" in res.stdout
+    run("check", *EX, "--strict", ok=(0,))  # no warnings: --strict passes
 
 
 # ---------------------------------------------------------------------- diff
@@ -255,11 +257,14 @@ def test_verify_export(tmp_path):
     assert data["exit_code"] == 0 and data["summary"]["world_size"] == 16
 
 
-def test_verify_export_failing_findings(tmp_path, fake_findings):
+def test_verify_export_failing_findings(tmp_path):
     path = tmp_path / "plan.json"
     run("export", *EX, "--out", path)
-    fake_findings(Finding("export-mismatch", "error", "tp groups differ", (0,)))
-    run("verify-export", path, ok=(1,))
+    plan = json.loads(path.read_text())
+    plan["kinds"]["embd"]["groups"][0] = [8, 0]  # a hand edit: the stages swapped
+    path.write_text(json.dumps(plan))
+    out = run("verify-export", path, ok=(1,)).stdout
+    assert "x embedding: embd group(s)" in out and "FAIL" in out
 
 
 # ------------------------------------------------------------ explain/version
@@ -322,9 +327,15 @@ def test_config_file_nemo_recipe(tmp_path):
 
 
 def test_set_any_field():
-    data = json.loads(run("inspect", "-n", "8", "--set", "use_sharp=true", "--set",
-                          "sharp_enabled_group=dp", "-f", "json", "-k", "tp").stdout)
-    assert data["summary"]["world_size"] == 8
+    """--set reaches fields that have no flag of their own, and they take effect."""
+    plain = Layout.from_json(run("export", "-n", "8").stdout)
+    assert plain.config.use_sharp is False and plain.has("dp_gloo")
+    lay = Layout.from_json(run("export", "-n", "8", "--set", "use_sharp=true", "--set",
+                               "sharp_enabled_group=dp", "--set",
+                               "create_gloo_process_groups=false").stdout)
+    assert lay.config.use_sharp is True and lay.config.sharp_enabled_group == "dp"
+    assert not lay.has("dp_gloo") and not lay.has("dp_cp_gloo")  # no Gloo groups made
+    assert len(lay.creation_order) < len(plain.creation_order)
 
 
 # ---------------------------------------------------------------------- misc

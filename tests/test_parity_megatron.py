@@ -22,8 +22,7 @@ from simharness import GroupNotInitialized, LayoutError, ParallelismConfig, buil
 
 import megatron_harness as H  # noqa: E402  (tests/ is on sys.path under pytest)
 from parity_cases import CASES, INVALID, TP_PP_DP
-pytest.importorskip("megatron.core", reason="megatron-core 0.16.1 is a test dependency "
-                    "(pip install -e '.[test]')")
+H.require_installed_megatron(module=True)
 
 pytestmark = pytest.mark.parity
 

@@ -13,7 +13,8 @@ Three parts:
 * parity of profile ``"0.16"`` with megatron-core 0.17.1 (``.cache/mcore017``),
   which added ``rank_offset`` / ``local_world_size`` (0.16.1 lacks them).
 
-The parity tests skip, with the reason, when a wheel cannot be downloaded.
+The parity tests skip, with the reason, when a wheel cannot be downloaded (fail under
+SIMHARNESS_REQUIRE_PARITY=1, as in CI).
 """
 
 from __future__ import annotations
@@ -180,10 +181,7 @@ def test_018_getter_signature():
 
 # ---------------------------------------------------------------- fixtures
 def _load(version):
-    try:
-        return H.load_version(ROOT, version)
-    except RuntimeError as exc:
-        pytest.skip(f"megatron-core {version} not available: {exc}")
+    return H.parity_module(ROOT, version)
 
 
 @pytest.fixture(scope="module")
@@ -308,10 +306,7 @@ def test_megatron_018_ag_differs_from_dp_cp_with_tp_pp_dp_order(ps018):
 
 # ------------------------------------------- every profile's API, from Megatron
 def _module(version):
-    if version == "0.16.1":
-        pytest.importorskip("megatron.core", reason="megatron-core 0.16.1 is a test dependency")
-        return H.load_parallel_state_016()
-    return _load(version)
+    return H.parity_module(ROOT, version)
 
 
 @pytest.mark.parity

@@ -9,7 +9,8 @@ Two halves:
   fetched with pip into ``.cache/mcore019`` (``tests/fetch_mcore019.sh`` does
   the same by hand), the one file is loaded under Python 3.11 with stubs for its
   non-torch imports, and run rank by rank under the fake backend exactly like
-  the 0.16.1 parity. Those tests skip, with the reason, when the download fails.
+  the 0.16.1 parity. Those tests skip, with the reason, when the download fails (fail
+  under SIMHARNESS_REQUIRE_PARITY=1, as in CI).
 """
 
 from __future__ import annotations
@@ -247,11 +248,7 @@ def test_019_rejections(kw, error):
 # ---------------------------------------------------- parity with 0.19.2
 @pytest.fixture(scope="module")
 def ps019():
-    try:
-        path = H.fetch_parallel_state_019(ROOT)
-    except RuntimeError as exc:
-        pytest.skip(f"megatron-core 0.19.2 not available: {exc}")
-    return H.load_parallel_state_019(path)
+    return H.parity_module(ROOT, H.MCORE019_VERSION)
 
 
 def c19(torch_world, ag=False, **kw):
@@ -386,3 +383,48 @@ def test_megatron_019_ag_differs_from_dp_cp_with_tp_pp_dp_order(ps019):
                           .replace(create_all_gather_group=True), mcore="0.19")
     assert layout.get_data_parallel_group(0, with_context_parallel=True) == (0, 2, 8, 10)
     assert layout.rank(0).groups["dp_cp_ag"].ranks.tolist() == [0, 2, 4, 6]
+
+
+# ------------------------------ replay's getter checks against 0.19.2 (GTP > 1)
+GTP_GETTER_CASES = [
+    c19(8, tp=2, gtp=2),                                   # once: dp, dp_cp wrongly reported
+    c19(8, ep=2, etp=1, egtp=2),                           # once: ep_dp wrongly reported
+    c19(16, tp=2, pp=2, cp=2, gtp=2),
+    c19(16, tp=2, cp=4, hcp=[2, 2], gtp=2, pp=1),
+    c19(32, tp=2, cp=2, gtp=2, ep=2, egtp=2, order=TP_PP_DP, pp=2),
+]
+
+
+def _compare_getters_on(ps, world, kwargs, layout, ranks):
+    """``compare_getters`` (what replay --engine megatron and verify_live run) on each rank."""
+    from simharness.replay.verify import compare_getters
+
+    return {r: H.run_rank(ps, world, r, kwargs, mcore="0.19", record=False, getters=False,
+                          after_init=lambda ps, r=r: compare_getters(ps, layout, r)).extra
+            for r in ranks}
+
+
+@pytest.mark.parity
+@pytest.mark.parametrize("torch_world,ag,kwargs", GTP_GETTER_CASES)
+def test_compare_getters_019_with_gtp(ps019, torch_world, ag, kwargs):
+    """Every kind of the 0.19 plan has a getter, and on every rank (up to 16 checked) each
+    getter returns the plan's group: no false errors with GTP / expert GTP > 1."""
+    layout = lay(**dict(kwargs, world_size=torch_world))
+    ranks = range(torch_world) if torch_world <= 16 else (0, 5, 17, torch_world - 1)
+    for r, res in _compare_getters_on(ps019, torch_world, kwargs, layout, ranks).items():
+        assert res["n_mismatches"] == 0, f"rank {r}: {res['mismatches'][:3]}"
+        assert res["no_getter"] == [], f"rank {r}"
+        assert set(res["checked"]) == set(layout.kinds)
+    gtp_kinds = {"gtp_remat_dp", "gtp_remat_dp_cp"} if kwargs.get("gtp_remat_size", 1) > 1 \
+        else {"ep_gtp_remat_dp"}
+    assert gtp_kinds <= set(layout.kinds)
+
+
+@pytest.mark.parity
+def test_compare_getters_019_reports_a_wrong_plan(ps019):
+    """The same check fails when the plan is not what Megatron built (gtp 1 planned, 2 run)."""
+    kwargs = dict(tensor_model_parallel_size=2, gtp_remat_size=2)
+    wrong = lay(world_size=8, tensor_model_parallel_size=2)
+    res = _compare_getters_on(ps019, 8, kwargs, wrong, [0])[0]
+    bad = {m["kind"] for m in res["mismatches"]}
+    assert {"gtp_remat", "mp"} <= bad, res["mismatches"]

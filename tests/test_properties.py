@@ -279,3 +279,70 @@ def test_junk_values_are_named(field, value):
         ParallelismConfig.from_dict({"world_size": 8, field: value}
                                     if field != "world_size" else {field: value})
     assert repr(value) in str(info.value) or str(value) in str(info.value)
+
+
+# ------------------------------------------------------- content oracle (no wheels)
+def orthogonal_groups(order, sizes, token, offset=0):
+    """An independent enumeration of Megatron's rank groups (RankGenerator.get_ranks).
+
+    Ranks are laid out over the axes of ``order`` with the first axis varying fastest
+    (rank = sum of index * stride, stride = product of the sizes before it). The groups of
+    ``token`` (e.g. ``"tp-dp"``) vary the token's axes and fix the others: group ``g``
+    fixes the other axes to the digits of ``g`` (first axis fastest), and member ``k``
+    takes the token's axes from the digits of ``k`` (first axis fastest).
+
+    >>> orthogonal_groups("tp-cp-ep-dp-pp", dict(tp=2, cp=1, ep=1, dp=2, pp=2), "dp")
+    [[0, 2], [1, 3], [4, 6], [5, 7]]
+    """
+    axes = order.split("-")
+    stride = dict(zip(axes, np.cumprod([1] + [sizes[a] for a in axes[:-1]]).tolist()))
+    inside = [a for a in axes if a in token.split("-")]
+    outside = [a for a in axes if a not in inside]
+
+    def rank(fixed, varying, i, j):
+        total = offset
+        for group_axes, n in ((fixed, i), (varying, j)):
+            for a in group_axes:
+                n, digit = divmod(n, sizes[a])
+                total += digit * stride[a]
+        return total
+
+    n_groups = math.prod(sizes[a] for a in outside)
+    n_members = math.prod(sizes[a] for a in inside)
+    return [[rank(outside, inside, g, k) for k in range(n_members)] for g in range(n_groups)]
+
+
+# kind -> (generator, token): the dense generator (ep axis 1) or the expert one (cp axis 1,
+# tp = etp, dp = expert dp); the same order and rank offset.
+ORACLE_KINDS = {
+    "tp": ("dense", "tp"), "pp": ("dense", "pp"), "cp": ("dense", "cp"), "dp": ("dense", "dp"),
+    "dp_cp": ("dense", "dp-cp"), "mp": ("dense", "tp-pp"), "tp_dp": ("dense", "tp-dp"),
+    "tp_dp_cp": ("dense", "tp-dp-cp"), "tp_cp": ("dense", "tp-cp"), "ep": ("expert", "ep"),
+    "ep_tp": ("expert", "tp"), "tp_ep_mp": ("expert", "tp-ep"),
+    "tp_ep_pp": ("expert", "tp-ep-pp"), "ep_dp": ("expert", "dp"),
+}
+
+
+@SETTINGS
+@given(valid_configs())
+def test_group_contents_match_an_independent_enumeration(drawn):
+    """Every group of every orthogonal kind, in Megatron's order, from the short oracle above
+    (with the GTP axes at 1; the wheels' parity covers GTP > 1). The 0.18+ all-gather groups
+    come from the hard-coded order and offset 0 (issue #4261), the 0.16 ones equal dp_cp."""
+    cfg, mcore = drawn
+    assume(cfg.gtp_remat_size == 1 and cfg.expert_gtp_remat_size == 1)
+    layout = build_layout(cfg, mcore=mcore)
+    dense = dict(tp=cfg.tp, cp=cfg.cp, ep=1, dp=cfg.dp, pp=cfg.pp)
+    expert = dict(tp=cfg.etp, cp=1, ep=cfg.ep, dp=cfg.edp, pp=cfg.pp)
+    sizes = {"dense": dense, "expert": expert}
+    want = {kind: orthogonal_groups(cfg.order, sizes[gen], token, cfg.rank_offset)
+            for kind, (gen, token) in ORACLE_KINDS.items()}
+    if cfg.create_all_gather_group:
+        if PROFILES[mcore].ag_after_init:
+            want["dp_cp_ag"] = orthogonal_groups(DEFAULT_ORDER, dense, "dp-cp")
+            if cfg.ep > 1:
+                want["ep_dp_ag"] = orthogonal_groups(DEFAULT_ORDER, expert, "dp")
+        else:
+            want["dp_cp_ag"] = want["dp_cp"]
+    for kind, groups in want.items():
+        assert layout.groups(kind).tolist() == groups, kind

@@ -17,6 +17,8 @@ check(lay)
 lay.rank(5)
 simharness.Layout.from_json(lay.to_json())
 import simharness.replay  # the package itself imports torch lazily
+import simharness.getters, simharness.planfile  # pure tables/files the replay uses
+simharness.getters.megatron_getters('0.19')
 leaked = sorted(m for m in sys.modules if m == "torch" or m.startswith("torch."))
 print(",".join(leaked))
 """

@@ -178,10 +178,13 @@ def test_cli_replay_json_and_report(tmp_path):
 
 def test_torchrun_worker_entry_point(tmp_path):
     """`torchrun -m simharness.replay.worker` (the multi-node path) on one machine."""
-    report = tmp_path / "tr.json"
+    from simharness.planfile import write_plan
+
+    report, plan = tmp_path / "tr.json", tmp_path / "plan.json"
+    write_plan(build_layout(cfg(4, tp=2, ag=True), mcore="0.16"), str(plan))
     cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone",
-           "--nproc-per-node", "4", "-m", "simharness.replay.worker", "-n", "4", "--tp", "2",
-           "--create-all-gather-group", "--mcore", "0.16", "--backend", "gloo",
+           "--nproc-per-node", "4", "-m", "simharness.replay.worker", "--plan", str(plan),
+           "--backend", "gloo",
            "--overlap-bytes", "64K", "--iters", "2", "--timeout", str(TIMEOUT),
            "--report", str(report)]
     env = {**os.environ, "OMP_NUM_THREADS": "1"}

@@ -74,3 +74,21 @@ def test_nccl_megatron_world8():
                                             create_all_gather_group=True), "0.16")
     rep = nccl_replay(layout, engine="megatron", overlap_bytes=64 << 20, iters=10)
     assert rep["status"] == "matched" and rep["megatron"]["verify_live_ok"]
+
+
+def test_nccl_sweep_against_the_cost_model(tmp_path):
+    """bench/bench_replay.py --gpu's measurement on 8 GPUs, compared with the model.
+
+    Never run in this repository's development (no GPU); on a DGX H100/H200 node it
+    should land within the calibration targets for the large sizes."""
+    need(8)
+    from simharness.replay.nccl_sweep import SweepOptions, run_sweep, to_toml
+    from simharness.topology.calibration import evaluate, format_table, load_points
+
+    result = run_sweep(SweepOptions(world=8, sizes=(1 << 10, 1 << 20, 1 << 30), iters=10))
+    path = tmp_path / "measured.toml"
+    path.write_text(to_toml(result, topology="dgx-h100"))
+    results = [evaluate(p) for p in load_points(path)]
+    print("\n" + format_table(results))
+    big = [r for r in results if r.point.size >= 1 << 30]
+    assert big and all(0.5 < r.ratio < 2.0 for r in big)

@@ -8,20 +8,17 @@ torch and one collective, the getters are compared with the plan, and
 
 from __future__ import annotations
 
-import importlib.util
-
 import pytest
 
 from simharness import Layout, ParallelismConfig, build_layout
 from simharness.replay import ReplayOptions, replay, summary_lines
 
+import megatron_harness as H
 from test_replay_gloo import DEADLINE, TIMEOUT, assert_matched, assert_no_leftovers
 
-pytestmark = [
-    pytest.mark.replay, pytest.mark.parity,
-    pytest.mark.skipif(importlib.util.find_spec("megatron") is None,
-                       reason="megatron-core 0.16.1 is a test dependency"),
-]
+H.require_installed_megatron(module=True)
+
+pytestmark = [pytest.mark.replay, pytest.mark.parity]
 
 
 def run(layout, **kw):

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import re
 import xml.etree.ElementTree as ET
 
 import click
@@ -155,7 +156,13 @@ def test_simulate_table_and_json():
     assert r.exit_code == 0, r.output
     assert "reduce-scatter over dp_cp, all-gather over dp_cp_ag" in r.stdout
     assert "one communicator" in r.stdout and "separate all-gather communicator" in r.stdout
-    assert "+616 MB per GPU" in r.stdout and "verdict: helps little" in r.stdout
+    assert "verdict: helps little" in r.stdout
+    assert re.search(r"memory: \+(\d+) MB per GPU \(1 extra communicator\(s\) x \1 MB\)",
+                     r.stdout), r.stdout
+    assert "connections made lazily" in r.stdout and "ring/simple" in r.stdout
+    assert "the model cannot know:" in r.stdout
+    explain = invoke(*args, "--explain").stdout
+    assert "NCCL's table for 16 ranks on 2 node(s)" in explain and "ring/ll128" in explain
     data = json.loads(invoke(*args, "-f", "json").stdout)
     assert data["ag_bytes"] == pytest.approx(70e9 / 32)
     assert data["topology"]["nodes"] == 2
@@ -179,3 +186,34 @@ def test_byte_sizes():
     conv = ByteSize().convert
     assert [conv(v, None, None) for v in ("140e9", "140GB", "1.5G", "64GiB", "512", 7)] == [
         140e9, 140e9, 1.5e9, 64 * 2 ** 30, 512.0, 7.0]
+
+
+def test_topology_cost_shows_nccl_s_pick_per_size():
+    r = invoke("topology", "cost", "dgx-h100", "--size", "1KB", "--size", "8GiB")
+    assert r.exit_code == 0, r.output
+    assert "ring/ll" in r.stdout and "nvls/simple" in r.stdout
+    rows = json.loads(invoke("topology", "cost", "dgx-h100-superpod", "--nodes", "4",
+                             "--ranks-per-node", "1", "--collective", "all_gather",
+                             "--size", "1GiB", "-f", "json").stdout)
+    assert rows[0]["pick"] == "ring/simple" and 40 < rows[0]["busbw_gb_per_s"] < 50
+
+
+@pytest.mark.parametrize("args, words", [
+    (["--algo", "ringo"], "unknown algorithm 'ringo'"),
+    (["--proto", "LL256"], "unknown protocol 'LL256'"),
+    (["--size", "2TiB"], "message size 2199023255552.0 is out of range"),
+    (["--collective", "bcast"], "unknown collective 'bcast'"),
+    (["--ranks-per-node", "9"], "--ranks-per-node 9 exceeds the 8 GPUs"),
+    (["--algo", "pat"], "not available"),
+])
+def test_topology_cost_bad_input_is_one_error_line(args, words):
+    assert words in one_error_line(invoke("topology", "cost", "dgx-h100", *args))
+
+
+def test_bad_topology_constant_is_one_error_line(tmp_path):
+    from simharness.topology import topology_dir
+    bad = tmp_path / "neg.toml"
+    bad.write_text((topology_dir() / "dgx-h100.toml").read_text()
+                   .replace("latency_us = 0.6", "latency_us = -1", 1))
+    line = one_error_line(invoke("topology", "cost", str(bad)))
+    assert f"{bad}: [scale_up] latency_us: expected a number >= 0.0, got -1" in line

@@ -40,13 +40,24 @@ def clusters(tmp_path_factory):
     return _small_clusters(tmp_path_factory)
 
 
-def _nx_route(g, a, b):
-    """Shortest path by latency with GPUs only as endpoints; the directed link ids on it."""
+def _nx_route(g, a, b, c=None):
+    """Shortest path by latency with GPUs only as endpoints; the directed link ids on it.
+
+    With ``c`` (the cluster) and PXN on, a route between GPUs of different rails and
+    NVLink domains is the NVLink hop to the proxy GPU (the source node's GPU on the
+    destination's rail) followed by the proxy's own shortest path.
+    """
+    if c is not None and c.pxn and c.domain_of(a) != c.domain_of(b) \
+            and c.rail_of(a) != c.rail_of(b):
+        proxy = int(c.pxn_proxy(a, b))
+        l1, cap1, lat1 = _nx_route(g, a, proxy)
+        l2, cap2, lat2 = _nx_route(g, proxy, b)
+        return l1 + l2, min(cap1, cap2), lat1 + lat2
     src, dst = ("gpu", a), ("gpu", b)
     view = nx.subgraph_view(g, filter_node=lambda n: n[0] != "gpu" or n in (src, dst))
     path = nx.shortest_path(view, src, dst, weight="latency_us")
     links, cap, lat = [], [], 0.0
-    for u, v in zip(path, path[1:]):
+    for u, v in itertools.pairwise(path):
         e = g.edges[u, v]
         up = TIER_RANK[u[0]] < TIER_RANK[v[0]]
         links.append(e["links"][0] if up else e["links"][1])
@@ -66,7 +77,7 @@ def test_arithmetic_routes_equal_networkx_shortest_paths(clusters):
         routes = c.routes(a, b)
         hops, cap, lat = c.route_stats(routes)
         for i, (x, y) in enumerate(pairs):
-            links, ncap, nlat = _nx_route(g, int(x), int(y))
+            links, ncap, nlat = _nx_route(g, int(x), int(y), c)
             assert sorted(routes[i][routes[i] >= 0].tolist()) == sorted(links), (c.spec.name, x, y)
             assert hops[i] == len(links)
             assert cap[i] == pytest.approx(ncap) and lat[i] == pytest.approx(nlat)
@@ -74,8 +85,11 @@ def test_arithmetic_routes_equal_networkx_shortest_paths(clusters):
 
 def test_routes_classes(clusters):
     two_su = clusters[1]
-    # same node: NVLink; same rail same SU: leaf; other SU: spine; other rail: spine
+    # same node: NVLink; same rail same SU: leaf; other SU: spine; other rail: PXN (NVLink
+    # to GPU 1 of node 0, then rail 1 to node 1 under the same leaf)
     assert [two_su.route_hops(0, b) for b in (1, 8, 16, 9)] == [2, 4, 6, 6]
+    assert two_su.routes(0, 9)[0][0] == two_su.link_offsets["nvl_up"] + 0
+    assert two_su.routes(0, 9)[0][4] == -1  # no spine
     nvl = clusters[4]
     assert nvl.route_hops(0, 71) == 2 and nvl.route_hops(0, 72) == 6
 
@@ -98,7 +112,7 @@ def _reference_loads(c, row):
         for j, seg in enumerate(segments):
             nxt = segments[(j + 1) % len(segments)]
             for ch in range(m):
-                for link in _nx_route(g, seg[ch], nxt[ch])[0]:
+                for link in _nx_route(g, seg[ch], nxt[ch], c)[0]:
                     loads[link] += 1.0 / m
     return loads
 
@@ -113,10 +127,10 @@ def test_vectorised_ring_loads_equal_the_plain_model(clusters, data):
     rings = build_rings(c, rows)
     for i, row in enumerate(rows):
         ref = _reference_loads(c, row)
-        mine = {int(l): float(w) for f, l, w in zip(rings.flow, rings.link, rings.weight)
-                if f == i}
+        mine = {int(link): float(w)
+                for f, link, w in zip(rings.flow, rings.link, rings.weight, strict=True) if f == i}
         assert mine.keys() == ref.keys()
         for link, w in ref.items():
             assert mine[link] == pytest.approx(w)
-        alone = min(c.capacity[l] / w for l, w in ref.items())
+        alone = min(c.capacity[link] / w for link, w in ref.items())
         assert rings.alone_gb_per_s[i] == pytest.approx(alone)

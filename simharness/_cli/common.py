@@ -71,16 +71,13 @@ from __future__ import annotations
 
 import os
 import sys
-from typing import TYPE_CHECKING, Any, Callable, NoReturn
+from typing import Any, Callable, NoReturn
 
 import click
 
 from ..config import ALIASES, DEFAULT_MCORE, MCORE_PROFILES, TP_PP_DP_ORDER, ParallelismConfig
 from ..errors import SimharnessError
 from ..profiles import profiles_help
-
-if TYPE_CHECKING:  # pragma: no cover
-    from ..layout import Layout
 
 DEFAULT_GPUS_PER_NODE = 8
 
@@ -410,26 +407,4 @@ def output_options(formats: tuple[str, ...] = ("table", "json", "csv"), *,
         return f
 
     return decorate
-
-
-def read_plan(path: str, missing_hint: str = "check the path") -> "Layout":
-    """Read a layout exported with ``simharness export`` (schema ``simharness.layout/1``).
-
-    Every failure is a :class:`SimharnessError` that starts with the file name.
-    """
-    from ..configfile import ConfigFileError
-    from ..layout import Layout
-
-    try:
-        with open(path, encoding="utf-8") as fh:
-            text = fh.read()
-    except FileNotFoundError:
-        raise ConfigFileError(f"{path}: no such file; {missing_hint}.", path=path) from None
-    except (OSError, UnicodeDecodeError) as exc:
-        raise ConfigFileError(f"{path}: cannot read: {getattr(exc, 'strerror', exc)}.",
-                              path=path) from None
-    try:
-        return Layout.from_json(text)
-    except SimharnessError as exc:
-        raise SimharnessError(f"{path}: {exc}") from None
 

@@ -8,7 +8,8 @@ are functions here so ``demo`` can reuse them.
 from __future__ import annotations
 
 import sys
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 import click
 import numpy as np
@@ -17,12 +18,18 @@ from .. import __version__
 from ..config import DEFAULT_MCORE, GROUP_FIELDS, MCORE_PROFILES, ParallelismConfig
 from ..errors import SimharnessError
 from ..layout import Layout, build_layout
+from ..planfile import plan_json, read_plan
 from . import output as out
-from .output import SEVERITY_ORDER, echo_findings, findings_exit_code, findings_verdict
 from .common import (
-    config_fields_from_options, config_flags_given, config_from_options, config_options, fail,
-    node_shape, output_options, read_plan,
+    config_fields_from_options,
+    config_flags_given,
+    config_from_options,
+    config_options,
+    fail,
+    node_shape,
+    output_options,
 )
+from .output import SEVERITY_ORDER, echo_findings, findings_exit_code, findings_verdict
 
 TOGGLES = tuple(f for f in GROUP_FIELDS
                 if isinstance(getattr(ParallelismConfig, f, None), bool))
@@ -99,9 +106,8 @@ def echo_summary(layout: Layout, *, world_auto: bool = False) -> None:
 def _same_as(layout: Layout, kind: str, shown: dict[str, str]) -> str | None:
     """An earlier kind with the very same groups (the Gloo twins, the 0.16 AG groups)."""
     src = layout.source(kind)
-    for other, _ in shown.items():
-        o = layout.source(other)
-        if o is src:
+    for other in shown:
+        if layout.source(other) is src:
             return other
     arr = layout.groups(kind)
     for other in shown:
@@ -127,7 +133,8 @@ def echo_kind(layout: Layout, kind: str, *, show_all: bool, same: str | None = N
     head, tail = out.head_tail(arr.shape[0], show_all=show_all)
     if tail:
         width = len(f"g{arr.shape[0] - 1}")
-        rows = [[f"g{i}".ljust(width), out.format_ranks(arr[i])] for i in head]
+        rows: list[list[str] | str] = [[f"g{i}".ljust(width), out.format_ranks(arr[i])]
+                                       for i in head]
         rows.append(out.more_line(arr.shape[0] - len(head) - len(tail), hint=not quiet))
         rows += [[f"g{i}".ljust(width), out.format_ranks(arr[i])] for i in tail]
         out.echo(out.render_table(None, rows, indent=indent))
@@ -242,7 +249,7 @@ def inspect_cmd(fmt, quiet, show_all, kinds, rank, grid, **kwargs):
         out.echo_json({"summary": layout.summary(), "world_auto": world_auto,
                        "kinds": kinds_dict(layout, selected, show_all=show_all)})
     elif fmt == "csv":
-        rows = []
+        rows: list[list[Any]] = []
         for k in selected:
             arr = layout.groups(k)
             rows.extend([k, i, arr.shape[1], cell]
@@ -348,7 +355,7 @@ def _inspect_grid(layout: Layout, kind: str, gpn: int, fmt: str, quiet: bool,
         out.echo_csv(["node", "gpu", "rank", "group", "crosses_nodes"],
                      zip((ranks // gpn).tolist(), (ranks % gpn).tolist(),
                          (ranks + layout.rank_offset).tolist(), idx.group.tolist(),
-                         crosses_rank.astype(int).tolist()))
+                         crosses_rank.astype(int).tolist(), strict=True))
         return
     palette = ("red", "green", "yellow", "blue", "magenta", "cyan")
     rw = len(str(layout.ranks.stop - 1))
@@ -508,46 +515,13 @@ def diff_cmd(files, fmt, quiet, show_all, toggles, changes, exit_code, **kwargs)
         if not (toggles or changes or len(mcores) == 2):
             fail("nothing to compare: give --toggle FIELD (e.g. create_all_gather_group), "
                  "--change FIELD=VALUE, --mcore twice, or two files.")
-        cfg, mcore_a = config_from_options(**{**kwargs, "mcore": mcores[:1]})
-        mcore_b = mcores[1] if len(mcores) == 2 else mcore_a
-        updates: dict[str, Any] = {f: not getattr(cfg, f) for f in toggles}
-        if changes:
-            import yaml
-
-            from ..config import ALIASES
-
-            for item in changes:
-                if "=" not in item:
-                    fail(f"--change expects FIELD=VALUE such as tp=4, got {item!r}.")
-                key, _, raw = item.partition("=")
-                key = key.strip().replace("-", "_")
-                key = ALIASES.get(key, key)
-                if key not in ParallelismConfig.field_names():
-                    import difflib
-
-                    close = difflib.get_close_matches(key, ParallelismConfig.field_names(), n=1)
-                    fail(f"--change {item!r}: unknown field {key!r}"
-                         + (f" (did you mean {close[0]!r}?)" if close else "")
-                         + "; use a ParallelismConfig field name such as "
-                           "tensor_model_parallel_size or tp.")
-                try:
-                    updates[key] = yaml.safe_load(raw)
-                except yaml.YAMLError:
-                    updates[key] = raw
-        a = build_layout(cfg, mcore_a)
-        what = ", ".join([f"{f} {out.onoff(v)}" if isinstance(v, bool) else f"{f}={v}"
-                          for f, v in updates.items()]
-                         + ([f"mcore {mcore_b}"] if mcore_b != mcore_a else []))
-        try:
-            b = build_layout(cfg.replace(**updates) if updates else cfg, mcore_b)
-        except SimharnessError as exc:
-            raise SimharnessError(f"side B ({what}) is invalid: {exc}") from None
+        a, b = _changed_sides(kwargs, mcores, toggles, changes)
     d = diff_layouts(a, b)
     code = 1 if (exit_code or quiet) and not d.identical else 0
     if fmt == "json":
         out.echo_json(d.to_dict(limit=None if show_all else 64))
     elif fmt == "csv":
-        rows = []
+        rows: list[list[str]] = []
         for k in d.changed_kinds:
             for sign, arr in (("removed", k.removed), ("added", k.added)):
                 rows.extend([k.kind, sign, out.ranks_cell(r)] for r in np.asarray(arr))
@@ -555,6 +529,50 @@ def diff_cmd(files, fmt, quiet, show_all, toggles, changes, exit_code, **kwargs)
     elif not quiet:
         _echo_diff(d, show_all)
     click.get_current_context().exit(code)
+
+
+def _parse_change(item: str) -> tuple[str, Any]:
+    """``--change FIELD=VALUE``: the field name (aliases resolved) and the YAML value."""
+    import yaml
+
+    from ..config import ALIASES
+
+    if "=" not in item:
+        fail(f"--change expects FIELD=VALUE such as tp=4, got {item!r}.")
+    key, _, raw = item.partition("=")
+    key = key.strip().replace("-", "_")
+    key = ALIASES.get(key, key)
+    if key not in ParallelismConfig.field_names():
+        import difflib
+
+        close = difflib.get_close_matches(key, ParallelismConfig.field_names(), n=1)
+        fail(f"--change {item!r}: unknown field {key!r}"
+             + (f" (did you mean {close[0]!r}?)" if close else "")
+             + "; use a ParallelismConfig field name such as "
+               "tensor_model_parallel_size or tp.")
+    try:
+        return key, yaml.safe_load(raw)
+    except yaml.YAMLError:
+        return key, raw
+
+
+def _changed_sides(kwargs: dict, mcores: tuple[str, ...], toggles: Sequence[str],
+                   changes: Sequence[str]) -> tuple[Layout, Layout]:
+    """Side A from the configuration flags; side B with ``toggles`` flipped,
+    ``changes`` applied and the second ``--mcore``."""
+    cfg, mcore_a = config_from_options(**{**kwargs, "mcore": mcores[:1]})
+    mcore_b = mcores[1] if len(mcores) == 2 else mcore_a
+    updates: dict[str, Any] = {f: not getattr(cfg, f) for f in toggles}
+    updates.update(_parse_change(item) for item in changes)
+    a = build_layout(cfg, mcore_a)
+    what = ", ".join([f"{f} {out.onoff(v)}" if isinstance(v, bool) else f"{f}={v}"
+                      for f, v in updates.items()]
+                     + ([f"mcore {mcore_b}"] if mcore_b != mcore_a else []))
+    try:
+        b = build_layout(cfg.replace(**updates) if updates else cfg, mcore_b)
+    except SimharnessError as exc:
+        raise SimharnessError(f"side B ({what}) is invalid: {exc}") from None
+    return a, b
 
 
 def _echo_diff(d, show_all: bool) -> None:
@@ -638,25 +656,6 @@ def _echo_diff(d, show_all: bool) -> None:
 
 
 # -------------------------------------------------------------------- export
-def _export_json_text(layout: Layout) -> str:
-    """The export, pretty at the top and one group per line (readable and diffable)."""
-    import json
-    import re
-
-    d = layout.to_dict(groups=False)
-    texts = {}
-    for k in layout.kinds:
-        arr = layout.groups(k)
-        if arr.shape[0] == 0:
-            texts[k] = "[]"
-        else:
-            body = json.dumps(arr.tolist())[1:-1].replace("], [", "],\n        [")
-            texts[k] = "[\n        " + body + "\n      ]"
-        d["kinds"][k]["groups"] = f"@@groups:{k}@@"
-    text = json.dumps(d, indent=2)
-    return re.sub(r'"@@groups:([^@"]+)@@"', lambda m: texts[m.group(1)], text) + "\n"
-
-
 def _export_csv(layout: Layout, sink: out.Sink) -> None:
     """Rows by kind (creation order), then rank; each kind's block formatted at C speed."""
     import csv
@@ -695,7 +694,7 @@ def export_cmd(fmt, quiet, out_path, **kwargs):
     layout, _ = _load(kwargs)
     with out.Sink(out_path) as sink:  # CSV rows: by kind (creation order), then rank
         if fmt == "json":
-            sink.write(_export_json_text(layout))
+            sink.write(plan_json(layout))
         else:
             _export_csv(layout, sink)
     if out_path and not quiet:

@@ -17,13 +17,15 @@ dp_cp       4
 
 from __future__ import annotations
 
+import contextlib
 import csv
 import io
 import json
 import os
 import shutil
 import sys
-from typing import Any, Iterable, Sequence
+from collections.abc import Iterable, Sequence
+from typing import IO, Any
 
 import click
 import numpy as np
@@ -32,8 +34,9 @@ import numpy as np
 SUMMARY_THRESHOLD = 16
 HEAD, TAIL = 6, 2
 
-SEVERITY_STYLE = {"error": dict(fg="red", bold=True), "warning": dict(fg="yellow", bold=True),
-                  "info": dict(fg="cyan")}
+SEVERITY_STYLE: dict[str, dict[str, Any]] = {
+    "error": dict(fg="red", bold=True), "warning": dict(fg="yellow", bold=True),
+    "info": dict(fg="cyan")}
 
 
 # ------------------------------------------------------------------- basics
@@ -120,7 +123,7 @@ def format_rank_set(ranks: Sequence[int] | np.ndarray, limit: int = 12) -> str:
     starts = np.concatenate(([0], breaks))
     ends = np.concatenate((breaks, [arr.size])) - 1
     parts = []
-    for s, e in zip(starts.tolist(), ends.tolist()):
+    for s, e in zip(starts.tolist(), ends.tolist(), strict=True):
         a, b = int(arr[s]), int(arr[e])
         parts.append(str(a) if a == b else f"{a}-{b}")
     if len(parts) > limit:
@@ -298,39 +301,35 @@ class Sink:
 
     def __init__(self, path: str | None):
         self.path = path
-        self._fh = None
-        self._tmp = None
+        self._file: tuple[IO[str], str, str] | None = None  # (open temp file, its path, path)
 
-    def __enter__(self) -> "Sink":
+    def __enter__(self) -> Sink:
         if self.path and self.path != "-":
             directory = os.path.dirname(os.path.abspath(self.path))
             if not os.path.isdir(directory):
                 raise FileNotFoundError(2, "no such directory (create it first)", directory)
-            self._tmp = f"{self.path}.tmp{os.getpid()}"
-            self._fh = open(self._tmp, "w", encoding="utf-8", newline="")
+            tmp = f"{self.path}.tmp{os.getpid()}"
+            self._file = (open(tmp, "w", encoding="utf-8", newline=""), tmp, self.path)
         return self
 
     def write(self, text: str) -> None:
-        if self._fh is not None:
-            self._fh.write(text)
+        if self._file is not None:
+            self._file[0].write(text)
         else:
             click.echo(text, nl=False)
 
     def __exit__(self, exc_type, exc, tb) -> None:
-        if self._fh is not None:
-            self._fh.close()
+        if self._file is not None:
+            fh, tmp, path = self._file
+            fh.close()
             if exc_type is None:
-                os.replace(self._tmp, self.path)
+                os.replace(tmp, path)
             else:
-                try:
-                    os.unlink(self._tmp)
-                except OSError:
-                    pass
+                with contextlib.suppress(OSError):
+                    os.unlink(tmp)
         else:
-            try:
+            with contextlib.suppress(BrokenPipeError, ValueError):
                 sys.stdout.flush()
-            except (BrokenPipeError, ValueError):
-                pass
 
 
 # ---------------------------------------------------------------- findings

@@ -1,26 +1,22 @@
 """``simharness replay``: replay a layout on real processes (torch.distributed).
 
-Also the click command behind ``python -m simharness.replay.worker`` (the
-torchrun entry point), so both take the same flags. Nothing here imports
+The torchrun entry point (``python -m simharness.replay.worker --plan FILE``)
+lives in the replay package and does not use this module. Nothing here imports
 torch: the replay package starts it in the ranks.
 """
 
 from __future__ import annotations
 
-import re
-import sys
-
 import click
 
-from ..errors import SimharnessError
 from ..layout import Layout
+from ..planfile import read_plan, write_plan
 from . import output as out
 from .common import (
-    CONFIG_PARAMS, config_from_options, config_options, fail, output_options, read_plan,
+    CONFIG_PARAMS, config_from_options, config_options, fail, output_options,
 )
 
 DEFAULT_PLAN_OUT = "simharness-plan.json"
-_SIZE = re.compile(r"^\s*(\d+)\s*([kmg]i?b?|b)?\s*$", re.IGNORECASE)
 
 
 class ByteSize(click.ParamType):
@@ -29,18 +25,12 @@ class ByteSize(click.ParamType):
     name = "bytes"
 
     def convert(self, value, param, ctx):
-        if isinstance(value, int) and not isinstance(value, bool):
-            n = value
-        else:
-            m = _SIZE.match(str(value))
-            if not m:
-                self.fail(f"{value!r} is not a byte count; write e.g. 4M, 512K or 1048576.",
-                          param, ctx)
-            unit = (m.group(2) or "b").lower()[0]
-            n = int(m.group(1)) * {"b": 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30}[unit]
-        if n < 0:
-            self.fail("the byte count must be >= 0.", param, ctx)
-        return n
+        from ..replay.options import ReplayError, parse_bytes
+
+        try:
+            return parse_bytes(value)
+        except ReplayError as exc:
+            self.fail(str(exc), param, ctx)
 
 
 def _config_given(kwargs) -> list[str]:
@@ -82,21 +72,6 @@ def layout_for_replay(plan_path: str | None, engine: str, kwargs: dict) -> tuple
                     f"megatron-core {ver}")
     cfg, mcore = config_from_options(**kwargs)
     return build_layout(cfg, mcore), note
-
-
-def _save_plan(layout: Layout, path: str) -> None:
-    try:
-        from .layout import _export_json_text as export_text
-    except ImportError:  # pragma: no cover - layout commands always ship
-        import json
-
-        def export_text(lay):
-            return json.dumps(lay.to_dict(), indent=2) + "\n"
-    try:
-        with open(path, "w", encoding="utf-8") as fh:
-            fh.write(export_text(layout))
-    except OSError as exc:
-        fail(f"{path}: cannot write the plan: {exc.strerror or exc}.")
 
 
 def _replay_options(f):
@@ -178,7 +153,7 @@ def replay_cmd(ctx, plan_path, engine, timeout, overlap_bytes, iters, report_pat
         nnodes = nnodes or kwargs.get("nodes") or 1
         path = plan_path or save_plan or DEFAULT_PLAN_OUT
         if not plan_path:
-            _save_plan(layout, path)
+            write_plan(layout, path)
             if not quiet:
                 out.echo(f"wrote the plan to {path}; copy it to every node", err=True)
         ReplayOptions(backend=backend or "nccl", engine=engine, timeout=timeout,
@@ -189,7 +164,7 @@ def replay_cmd(ctx, plan_path, engine, timeout, overlap_bytes, iters, report_pat
                                   report_path=report_path or "replay-report.json"))
         return
     if save_plan:
-        _save_plan(layout, save_plan)
+        write_plan(layout, save_plan)
     opts = ReplayOptions(backend=backend or "gloo", engine=engine, timeout=timeout,
                          overlap_bytes=overlap_bytes, iters=iters, force=force, fault=fault)
     if note and not quiet and fmt == "table":
@@ -203,53 +178,3 @@ def replay_cmd(ctx, plan_path, engine, timeout, overlap_bytes, iters, report_pat
                 line = out.style(line, fg="green" if report["ok"] else "red", bold=True)
             out.echo(line)
     ctx.exit(report["exit_code"])
-
-
-# ----------------------------------------------------------- torchrun worker
-@click.command("simharness.replay.worker",
-               context_settings={"help_option_names": ["-h", "--help"]})
-@config_options
-@_replay_options
-@click.option("--backend", type=click.Choice(("gloo", "nccl")), default=None,
-              help="Default: nccl when this rank has a GPU, else gloo.")
-@click.option("--quiet", "-q", is_flag=True, default=False, help="No summary on rank 0.")
-@click.pass_context
-def worker_cmd(ctx, plan_path, engine, timeout, overlap_bytes, iters, report_path, backend,
-               quiet, **kwargs):
-    """One replay rank under torchrun (reads RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR/PORT).
-
-    \b
-    Example:
-      torchrun --nnodes 2 --nproc-per-node 8 --rdzv-backend c10d \\
-          --rdzv-endpoint $MASTER_ADDR:29500 -m simharness.replay.worker --plan plan.json
-    """
-    from ..replay import ReplayOptions
-    from ..replay.worker import torchrun_env, torchrun_main
-
-    torchrun_env()  # a clear error outside torchrun, before anything else
-    layout, _ = layout_for_replay(plan_path, engine, kwargs)
-    if backend is None:
-        import torch
-
-        backend = "nccl" if torch.cuda.is_available() else "gloo"
-    opts = ReplayOptions(backend=backend, engine=engine, timeout=timeout,
-                         overlap_bytes=overlap_bytes, iters=iters)
-    ctx.exit(torchrun_main(layout, opts, report_path=report_path, quiet=quiet,
-                           echo=click.echo))
-
-
-def worker_main(args=None) -> None:
-    """``python -m simharness.replay.worker``: bad input is one ``error:`` line, exit 2."""
-    try:
-        rv = worker_cmd.main(args, prog_name="python -m simharness.replay.worker",
-                             standalone_mode=False)
-    except click.ClickException as exc:
-        click.echo(f"error: {' '.join(exc.format_message().split())}", err=True)
-        sys.exit(2)
-    except SimharnessError as exc:
-        click.echo(f"error: {' '.join(str(exc).split())}", err=True)
-        sys.exit(2)
-    except (click.Abort, KeyboardInterrupt):
-        click.echo("error: aborted", err=True)
-        sys.exit(130)
-    sys.exit(rv if isinstance(rv, int) else 0)

@@ -1,4 +1,4 @@
-"""``simharness topology list|show``, ``simharness place``, ``simharness simulate``.
+"""``simharness topology list|show|cost``, ``simharness place``, ``simharness simulate``.
 
 The commands parse flags, call :mod:`simharness.topology` and format the
 result; the work is in :func:`place_report` and :func:`simulate_report`, which
@@ -13,14 +13,14 @@ from typing import Any
 
 import click
 
-from .output import echo_findings, findings_exit_code, findings_verdict
-from .output import echo, render_table, to_json
 from ..topology import TopologyError, list_topologies, load_cluster, load_spec
 from ..topology.cluster import Cluster
 from ..topology.draw import write_picture
 from ..topology.locality import analyse
-from ..topology.overlap import DEFAULT_COMM_MEMORY_MB, DEFAULT_COMPUTE_MS, simulate
+from ..topology.overlap import DEFAULT_COMPUTE_MS, simulate
 from ..topology.placement import place_layout, read_hosts
+from .common import config_options, layout_from_options, output_options
+from .output import echo, echo_findings, findings_exit_code, findings_verdict, render_table, to_json
 
 _UNITS = {"": 1, "k": 1e3, "m": 1e6, "g": 1e9, "t": 1e12,
           "ki": 2 ** 10, "mi": 2 ** 20, "gi": 2 ** 30, "ti": 2 ** 40}
@@ -111,7 +111,7 @@ def simulate_report(layout, cluster: Cluster, *, hosts=None, first_device=None, 
     return simulate(layout, placement, **model)
 
 
-def format_simulate(rep, cluster: Cluster, *, quiet: bool = False) -> str:
+def format_simulate(rep, cluster: Cluster, *, quiet: bool = False, explain: bool = False) -> str:
     ms = lambda s: f"{s * 1e3:.3f}"  # noqa: E731
     out = []
     if not quiet:
@@ -121,19 +121,36 @@ def format_simulate(rep, cluster: Cluster, *, quiet: bool = False) -> str:
                    f"backward compute per layer")
         out.append(f"per layer: reduce-scatter {rep.rs_bytes / 1e6:.1f} MB, all-gather "
                    f"{rep.ag_bytes / 1e6:.1f} MB; ring bottleneck: {rep.rs_bottleneck or '-'}")
-    out.append(_table(["collective (per layer)", "alone_ms", "with_other_ms"], [
-        ["reduce-scatter", ms(rep.rs_alone_s), ms(rep.rs_shared_s)],
-        ["all-gather", ms(rep.ag_alone_s), ms(rep.ag_shared_s)]], align="lrr"))
+    out.append(_table(["collective (per layer)", "nccl_pick", "alone_ms", "with_other_ms"], [
+        ["reduce-scatter", rep.rs_pick, ms(rep.rs_alone_s), ms(rep.rs_shared_s)],
+        ["all-gather", rep.ag_pick, ms(rep.ag_alone_s), ms(rep.ag_shared_s)]], align="llrr"))
     out.append(f"latency share {rep.latency_share:.0%}; a collective runs "
                f"{rep.shared_slowdown:.2f}x slower while the other moves data")
+    if explain:
+        for name, shape, options in (("reduce-scatter", rep.rs_shape, rep.rs_options),
+                                     ("all-gather", rep.ag_shape, rep.ag_options)):
+            if not options:
+                continue
+            out.append("")
+            out.append(f"{name}: NCCL's table for {shape} (least time wins)")
+            out.append(_table(["algo/proto", "latency_us", "algbw_GB/s", "time_us"],
+                              [list(o) for o in options], align="lrrr"))
     out.append("")
     out.append(_table(["backward pass", "step_ms", "exposed_comm_ms", "overlapped_ms"], [
         ["one communicator", ms(rep.one.step_s), ms(rep.one.exposed_s), ms(rep.one.overlap_s)],
         ["separate all-gather communicator", ms(rep.separate.step_s), ms(rep.separate.exposed_s),
          ms(rep.separate.overlap_s)]], align="lrrr"))
-    out.append(f"gain of create_all_gather_group: {ms(rep.gain_s)} ms per step "
-               f"({rep.gain_pct:.1f}%); memory: +{rep.extra_memory_mb:.0f} MB per GPU "
-               f"({rep.extra_communicators} extra communicator(s) x {rep.comm_memory_mb:.0f} MB)")
+    out.append(_table(["sharing scenario", "one_ms", "separate_ms", "gain"],
+                      [[sc.name, ms(sc.one_step_s), ms(sc.separate_step_s),
+                        f"{sc.gain_pct:.1f}%"] for sc in rep.scenarios], align="lrrr"))
+    lo, hi = rep.gain_range_pct
+    out.append(f"gain of create_all_gather_group: {lo:.1f}% to {hi:.1f}% of the step "
+               f"(links only: {ms(rep.gain_s)} ms); memory: +{rep.extra_memory_mb:.0f} MB per "
+               f"GPU ({rep.extra_communicators} extra communicator(s) x "
+               f"{rep.comm_memory_mb:.0f} MB)")
+    if not quiet:
+        out.append("communicator memory: " + "; ".join(rep.memory_lines))
+        out.append("the model cannot know: " + "; ".join(rep.unknowns))
     out.append(f"verdict: {rep.verdict}")
     return "\n".join(out)
 
@@ -147,8 +164,6 @@ def _layout_and_cluster(topology: str, kwargs: dict, *, hosts_list, first_device
     ``--hosts``) the cluster is the file's ``default_nodes``. Otherwise the
     cluster has just enough nodes for the ranks (or the host list).
     """
-    from .common import layout_from_options
-
     spec = load_spec(topology)
     gpn = spec.node.gpus
     given_gpn = kwargs.get("gpus_per_node")
@@ -169,155 +184,207 @@ def _layout_and_cluster(topology: str, kwargs: dict, *, hosts_list, first_device
     return layout, load_cluster(spec, nodes)
 
 
-def _common():
-    from .common import config_options, output_options
+# ------------------------------------------------------------------ commands
+@click.group("topology")
+def topology_group():
+    """Cluster topologies (topologies/*.toml, or your own file)."""
 
-    return config_options, output_options
+
+@topology_group.command("list")
+@output_options(formats=("table", "json"), show_all=False)
+def topology_list(fmt, quiet):
+    """List the shipped topologies."""
+    specs = [load_spec(n) for n in list_topologies()]
+    if fmt == "json":
+        echo(to_json([{"name": s.name, "description": s.description,
+                       "gpus_per_node": s.node.gpus,
+                       "nvlink_domain_gpus": s.scale_up.domain_gpus,
+                       "default_nodes": s.default_nodes, "max_nodes": s.max_nodes,
+                       "file": s.source} for s in specs]))
+        return
+    rows = [[s.name, s.node.gpus, s.scale_up.domain_gpus, s.default_nodes,
+             s.max_nodes or "-", s.description] for s in specs]
+    echo(_table(["name", "gpus/node", "nvlink_domain", "default_nodes", "max_nodes",
+                 "description"], rows, align="lrrrrl"))
+
+
+@topology_group.command("show")
+@click.argument("name")
+@click.option("--nodes", type=click.IntRange(min=1), default=None,
+              help="Node count (default: the file's default_nodes).")
+@click.option("--out", type=click.Path(dir_okay=False), default=None,
+              help="Write a picture of the node/switch graph: FILE.svg (or FILE.png "
+                   "where matplotlib is installed).")
+@output_options(formats=("table", "json"), show_all=False)
+def topology_show(name, nodes, out, fmt, quiet):
+    """Summarise topology NAME (a shipped name or a .toml path) as a graph."""
+    cluster = load_cluster(name, nodes)
+    graph = cluster.graph()
+    kinds: dict[str, int] = {}
+    for _, k in graph.nodes(data="kind"):
+        kinds[k] = kinds.get(k, 0) + 1
+    tiers: dict[str, dict] = {}
+    for _, _, e in graph.edges(data=True):
+        t = tiers.setdefault(e["tier"], {"links": 0, "bandwidth_gb_per_s": e[
+            "bandwidth_gb_per_s"], "effective_gb_per_s": e["capacity_gb_per_s"],
+            "latency_us": e["latency_us"]})
+        t["links"] += 1
+    summary = dict(cluster.summary(), graph_nodes=graph.number_of_nodes(),
+                   graph_edges=graph.number_of_edges(), node_kinds=kinds, tiers=tiers,
+                   references=list(cluster.spec.references))
+    if out:
+        summary["picture"] = str(write_picture(cluster, out))
+    if fmt == "json":
+        echo(to_json(summary))
+        return
+    lines = [cluster_line(cluster)] if not quiet else []
+    if not quiet and cluster.spec.description:
+        lines.append(cluster.spec.description)
+    lines.append(f"graph: {summary['graph_nodes']} nodes "
+                 f"({', '.join(f'{v} {k}' for k, v in kinds.items())}), "
+                 f"{summary['graph_edges']} links")
+    lines.append(_table(["tier", "links", "GB/s_per_dir", "effective_GB/s", "latency_us"],
+                        [[k, v["links"], f"{v['bandwidth_gb_per_s']:g}",
+                          f"{v['effective_gb_per_s']:.1f}", f"{v['latency_us']:g}"]
+                         for k, v in tiers.items()], align="lrrrr"))
+    if out:
+        lines.append(f"wrote {summary['picture']}")
+    echo("\n".join(lines))
+
+
+@topology_group.command("cost")
+@click.argument("name")
+@click.option("--nodes", type=click.IntRange(min=1), default=None,
+              help="Nodes of the cluster and of the group (default: the file's default_nodes).")
+@click.option("--ranks-per-node", type=click.IntRange(min=1), default=None,
+              help="GPUs of each node in the group, first GPUs first (default: all).")
+@click.option("--collective", default="all_reduce", show_default=True,
+              help="all_reduce, all_gather or reduce_scatter.")
+@click.option("--size", "sizes", type=ByteSize(), multiple=True,
+              help="Message size (nccl-tests convention), repeatable; default 1KB..8GB.")
+@click.option("--algo", default=None, help="Force an algorithm (like NCCL_ALGO).")
+@click.option("--proto", default=None, help="Force a protocol (like NCCL_PROTO).")
+@click.option("--collnet", is_flag=True, default=False,
+              help="Let NCCL use CollNet (SHARP) where the switches have it.")
+@output_options(formats=("table", "json"), show_all=False)
+def topology_cost(name, nodes, ranks_per_node, collective, sizes, algo, proto, collnet, fmt,
+                  quiet):
+    """NCCL's pick and cost of one collective over a group of NAME, size by size."""
+    from ..topology.cost import predict
+
+    cluster = load_cluster(name, nodes)
+    gpn = cluster.gpus_per_node
+    rpn = gpn if ranks_per_node is None else ranks_per_node
+    if rpn > gpn:
+        raise TopologyError(f"--ranks-per-node {rpn} exceeds the {gpn} GPUs of a node of "
+                            f"{cluster.spec.name!r}")
+    devices = [n * gpn + i for n in range(cluster.nodes) for i in range(rpn)]
+    sizes = sizes or tuple(float(1 << k) for k in range(10, 34, 3))
+    rows = [predict(cluster, devices, collective, s, algo=algo, proto=proto, collnet=collnet)
+            for s in sizes]
+    if fmt == "json":
+        echo(to_json([{"size": e.size_bytes, "pick": e.pick, "latency_us": e.latency_us,
+                       "algbw_gb_per_s": e.algbw_gb_per_s, "time_us": e.time_us,
+                       "busbw_gb_per_s": e.busbw_gb_per_s} for e in rows]))
+        return
+    if not quiet:
+        echo(f"topology {cluster_line(cluster)}")
+        echo(f"{rows[0].collective} over {len(devices)} GPUs ({rpn} per node)")
+    echo(_table(["size_B", "nccl_pick", "latency_us", "algbw_GB/s", "time_us", "busbw_GB/s"],
+                [[f"{e.size_bytes:.0f}", e.pick, f"{e.latency_us:.1f}",
+                  f"{e.algbw_gb_per_s:.1f}", f"{e.time_us:.1f}",
+                  _gbps(e.busbw_gb_per_s)] for e in rows], align="rlrrrr"))
+
+
+placement_opts = [
+    click.option("--topology", "topology", required=True, metavar="NAME|FILE",
+                 help="Topology name (simharness topology list) or .toml file."),
+    click.option("--hosts", "hosts", default=None, metavar="FILE|LIST",
+                 help="Host of each rank, first rank first: a file (one host per line, "
+                      "or 'host slots=N') or a comma-separated list."),
+    click.option("--first-device", "first_device", type=click.IntRange(min=0), default=None,
+                 help="Device index of the layout's first rank (default: its global rank, "
+                      "torchrun order)."),
+]
+
+
+def with_placement(f):
+    for opt in reversed(placement_opts):
+        f = opt(f)
+    return f
+
+
+@click.command("place")
+@config_options
+@with_placement
+@output_options(formats=("table", "json"))
+@click.pass_context
+def place_cmd(ctx, topology, hosts, first_device, fmt, quiet, show_all, **kwargs):
+    """Map the layout's ranks onto a topology: locality per group kind and findings.
+
+    --nodes sizes the cluster (and, without --world-size, the world). Exits 1
+    when a finding is an error (a TP group leaving its NVLink domain).
+    """
+    hosts_list = read_hosts(hosts) if hosts else None
+    layout, cluster = _layout_and_cluster(topology, kwargs, hosts_list=hosts_list,
+                                          first_device=first_device)
+    report = place_report(layout, cluster, hosts=hosts_list, first_device=first_device)
+    findings = report["findings"]
+    if fmt == "json":
+        echo(to_json(place_json(report)))
+    else:
+        echo(format_place(report, show_all=show_all, quiet=quiet))
+        echo()
+        echo_findings(findings)
+        if not quiet:
+            echo(findings_verdict(findings, strict=False))
+    code = findings_exit_code(findings, strict=False)
+    if code:
+        ctx.exit(code)
+
+
+@click.command("simulate")
+@config_options
+@with_placement
+@click.option("--model-bytes", type=ByteSize(), required=True,
+              help="Parameter bytes of the whole model in the all-gather dtype, e.g. 140GB.")
+@click.option("--layers", type=click.IntRange(min=1), required=True,
+              help="Number of transformer layers of the whole model.")
+@click.option("--compute-ms", type=click.FloatRange(min=0), default=DEFAULT_COMPUTE_MS,
+              show_default=True, help="Backward compute time of one layer.")
+@click.option("--grad-scale", type=click.FloatRange(min=0), default=1.0, show_default=True,
+              help="Gradient bytes per parameter byte (2 for fp32 grads of bf16 params).")
+@click.option("--rs-kind", default="dp_cp", show_default=True,
+              help="Group kind of the gradient reduce-scatter.")
+@click.option("--ag-kind", default=None,
+              help="Group kind of the parameter all-gather (default: the --rs-kind's "
+                   "all-gather twin, e.g. dp_cp_ag, when the layout has it, else --rs-kind).")
+@click.option("--comm-memory-mb", type=click.FloatRange(min=0), default=None,
+              help="GPU memory of one NCCL communicator (default: computed from NCCL's "
+                   "buffers per channel and protocol; the inputs are printed).")
+@click.option("--collnet", is_flag=True, default=False,
+              help="Let NCCL use CollNet (InfiniBand SHARP) where the topology's switches "
+                   "have it (NCCL_COLLNET_ENABLE=1).")
+@click.option("--explain", is_flag=True, default=False,
+              help="Print NCCL's algorithm/protocol table for both collectives.")
+@output_options(formats=("table", "json"), show_all=False)
+def simulate_cmd(topology, hosts, first_device, model_bytes, layers, compute_ms, grad_scale,
+                 rs_kind, ag_kind, comm_memory_mb, collnet, explain, fmt, quiet, **kwargs):
+    """Backward-pass step model: one communicator vs a separate all-gather communicator."""
+    hosts_list = read_hosts(hosts) if hosts else None
+    layout, cluster = _layout_and_cluster(topology, kwargs, hosts_list=hosts_list,
+                                          first_device=first_device)
+    rep = simulate_report(layout, cluster, hosts=hosts_list, first_device=first_device,
+                          model_bytes=model_bytes, layers=layers, compute_ms=compute_ms,
+                          grad_scale=grad_scale, rs_kind=rs_kind, ag_kind=ag_kind,
+                          comm_memory_mb=comm_memory_mb, collnet=collnet)
+    if fmt == "json":
+        echo(to_json(dict(rep.to_dict(), topology=cluster.summary())))
+    else:
+        echo(format_simulate(rep, cluster, quiet=quiet, explain=explain))
 
 
 def register(main: click.Group) -> None:
     """Add ``topology``, ``place`` and ``simulate`` to the ``simharness`` group."""
-    config_options, output_options = _common()
-
-    @main.group("topology")
-    def topology_group():
-        """Cluster topologies (topologies/*.toml, or your own file)."""
-
-    @topology_group.command("list")
-    @output_options(formats=("table", "json"), show_all=False)
-    def topology_list(fmt, quiet):
-        """List the shipped topologies."""
-        specs = [load_spec(n) for n in list_topologies()]
-        if fmt == "json":
-            echo(to_json([{"name": s.name, "description": s.description,
-                                    "gpus_per_node": s.node.gpus,
-                                    "nvlink_domain_gpus": s.scale_up.domain_gpus,
-                                    "default_nodes": s.default_nodes, "max_nodes": s.max_nodes,
-                                    "file": s.source} for s in specs]))
-            return
-        rows = [[s.name, s.node.gpus, s.scale_up.domain_gpus, s.default_nodes,
-                 s.max_nodes or "-", s.description] for s in specs]
-        echo(_table(["name", "gpus/node", "nvlink_domain", "default_nodes", "max_nodes",
-                     "description"], rows, align="lrrrrl"))
-
-    @topology_group.command("show")
-    @click.argument("name")
-    @click.option("--nodes", type=click.IntRange(min=1), default=None,
-                  help="Node count (default: the file's default_nodes).")
-    @click.option("--out", type=click.Path(dir_okay=False), default=None,
-                  help="Write a picture of the node/switch graph: FILE.svg (or FILE.png "
-                       "where matplotlib is installed).")
-    @output_options(formats=("table", "json"), show_all=False)
-    def topology_show(name, nodes, out, fmt, quiet):
-        """Summarise topology NAME (a shipped name or a .toml path) as a graph."""
-        cluster = load_cluster(name, nodes)
-        graph = cluster.graph()
-        kinds: dict[str, int] = {}
-        for _, k in graph.nodes(data="kind"):
-            kinds[k] = kinds.get(k, 0) + 1
-        tiers: dict[str, dict] = {}
-        for _, _, e in graph.edges(data=True):
-            t = tiers.setdefault(e["tier"], {"links": 0, "bandwidth_gb_per_s": e[
-                "bandwidth_gb_per_s"], "effective_gb_per_s": e["capacity_gb_per_s"],
-                "latency_us": e["latency_us"]})
-            t["links"] += 1
-        summary = dict(cluster.summary(), graph_nodes=graph.number_of_nodes(),
-                       graph_edges=graph.number_of_edges(), node_kinds=kinds, tiers=tiers,
-                       references=list(cluster.spec.references))
-        if out:
-            summary["picture"] = str(write_picture(cluster, out))
-        if fmt == "json":
-            echo(to_json(summary))
-            return
-        lines = [cluster_line(cluster)] if not quiet else []
-        if not quiet and cluster.spec.description:
-            lines.append(cluster.spec.description)
-        lines.append(f"graph: {summary['graph_nodes']} nodes "
-                     f"({', '.join(f'{v} {k}' for k, v in kinds.items())}), "
-                     f"{summary['graph_edges']} links")
-        lines.append(_table(["tier", "links", "GB/s_per_dir", "effective_GB/s", "latency_us"],
-                            [[k, v["links"], f"{v['bandwidth_gb_per_s']:g}",
-                              f"{v['effective_gb_per_s']:.1f}", f"{v['latency_us']:g}"]
-                             for k, v in tiers.items()], align="lrrrr"))
-        if out:
-            lines.append(f"wrote {summary['picture']}")
-        echo("\n".join(lines))
-
-    placement_opts = [
-        click.option("--topology", "topology", required=True, metavar="NAME|FILE",
-                     help="Topology name (simharness topology list) or .toml file."),
-        click.option("--hosts", "hosts", default=None, metavar="FILE|LIST",
-                     help="Host of each rank, first rank first: a file (one host per line, "
-                          "or 'host slots=N') or a comma-separated list."),
-        click.option("--first-device", "first_device", type=click.IntRange(min=0), default=None,
-                     help="Device index of the layout's first rank (default: its global rank, "
-                          "torchrun order)."),
-    ]
-
-    def with_placement(f):
-        for opt in reversed(placement_opts):
-            f = opt(f)
-        return f
-
-    @main.command("place")
-    @config_options
-    @with_placement
-    @output_options(formats=("table", "json"))
-    @click.pass_context
-    def place_cmd(ctx, topology, hosts, first_device, fmt, quiet, show_all, **kwargs):
-        """Map the layout's ranks onto a topology: locality per group kind and findings.
-
-        --nodes sizes the cluster (and, without --world-size, the world). Exits 1
-        when a finding is an error (a TP group leaving its NVLink domain).
-        """
-        hosts_list = read_hosts(hosts) if hosts else None
-        layout, cluster = _layout_and_cluster(topology, kwargs, hosts_list=hosts_list,
-                                              first_device=first_device)
-        report = place_report(layout, cluster, hosts=hosts_list, first_device=first_device)
-        findings = report["findings"]
-        if fmt == "json":
-            echo(to_json(place_json(report)))
-        else:
-            echo(format_place(report, show_all=show_all, quiet=quiet))
-            echo()
-            echo_findings(findings)
-            if not quiet:
-                echo(findings_verdict(findings, strict=False))
-        code = findings_exit_code(findings, strict=False)
-        if code:
-            ctx.exit(code)
-
-    @main.command("simulate")
-    @config_options
-    @with_placement
-    @click.option("--model-bytes", type=ByteSize(), required=True,
-                  help="Parameter bytes of the whole model in the all-gather dtype, e.g. 140GB.")
-    @click.option("--layers", type=click.IntRange(min=1), required=True,
-                  help="Number of transformer layers of the whole model.")
-    @click.option("--compute-ms", type=click.FloatRange(min=0), default=DEFAULT_COMPUTE_MS,
-                  show_default=True, help="Backward compute time of one layer.")
-    @click.option("--grad-scale", type=click.FloatRange(min=0), default=1.0, show_default=True,
-                  help="Gradient bytes per parameter byte (2 for fp32 grads of bf16 params).")
-    @click.option("--rs-kind", default="dp_cp", show_default=True,
-                  help="Group kind of the gradient reduce-scatter.")
-    @click.option("--ag-kind", default=None,
-                  help="Group kind of the parameter all-gather (default: the --rs-kind's "
-                       "all-gather twin, e.g. dp_cp_ag, when the layout has it, else --rs-kind).")
-    @click.option("--comm-memory-mb", type=click.FloatRange(min=0),
-                  default=DEFAULT_COMM_MEMORY_MB, show_default=True,
-                  help="GPU memory of one NCCL communicator (544-688 MB on A100, NVIDIA/nccl#964).")
-    @output_options(formats=("table", "json"), show_all=False)
-    def simulate_cmd(topology, hosts, first_device, model_bytes, layers, compute_ms, grad_scale,
-                     rs_kind, ag_kind, comm_memory_mb, fmt, quiet, **kwargs):
-        """Backward-pass step model: one communicator vs a separate all-gather communicator."""
-        hosts_list = read_hosts(hosts) if hosts else None
-        layout, cluster = _layout_and_cluster(topology, kwargs, hosts_list=hosts_list,
-                                              first_device=first_device)
-        rep = simulate_report(layout, cluster, hosts=hosts_list, first_device=first_device,
-                              model_bytes=model_bytes, layers=layers, compute_ms=compute_ms,
-                              grad_scale=grad_scale, rs_kind=rs_kind, ag_kind=ag_kind,
-                              comm_memory_mb=comm_memory_mb)
-        if fmt == "json":
-            echo(to_json(dict(rep.to_dict(), topology=cluster.summary())))
-        else:
-            echo(format_simulate(rep, cluster, quiet=quiet))
+    for command in (topology_group, place_cmd, simulate_cmd):
+        main.add_command(command)

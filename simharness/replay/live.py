@@ -100,7 +100,7 @@ def verify_live(layout: Layout, *, all_gather_groups: tuple[Any, Any] | None = N
     def group_of(kind):
         if kind in extra:
             return extra[kind] if is_group(extra[kind]) else None
-        get = getter_for(kind, ps)
+        get = getter_for(kind, ps, layout.mcore)
         if get is None:
             return None
         pg, _ = get()

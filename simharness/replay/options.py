@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 import os
+import re
 from dataclasses import asdict, dataclass, fields
 from typing import Any, Mapping
 
@@ -29,6 +30,28 @@ FAULT_PHASES = ("init", "create", "verify", "probe", "gather")
 
 class ReplayError(SimharnessError):
     """A replay request that cannot run (refused before any process starts)."""
+
+
+_SIZE = re.compile(r"^\s*(\d+)\s*([kmg]i?b?|b)?\s*$", re.IGNORECASE)
+
+
+def parse_bytes(text: str | int) -> int:
+    """A byte count: ``1048576``, ``512K``, ``4M``, ``4MiB``, ``1G`` (powers of 1024).
+
+    >>> parse_bytes("64K"), parse_bytes("4MiB"), parse_bytes(7)
+    (65536, 4194304, 7)
+    """
+    if isinstance(text, int) and not isinstance(text, bool):
+        n = text
+    else:
+        m = _SIZE.match(str(text))
+        if not m:
+            raise ReplayError(f"{text!r} is not a byte count; write e.g. 4M, 512K or 1048576.")
+        unit = (m.group(2) or "b").lower()[0]
+        n = int(m.group(1)) * {"b": 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30}[unit]
+    if n < 0:
+        raise ReplayError("the byte count must be >= 0.")
+    return n
 
 
 @dataclass(frozen=True)

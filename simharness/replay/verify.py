@@ -14,51 +14,11 @@ from typing import Any, Callable, Mapping
 import torch
 import torch.distributed as dist
 
+from ..getters import Getter, getter, megatron_getters, ordered_rank_globals
 from ..layout import Layout
 
-# Megatron getters per kind: (function name, keyword arguments).
-GETTERS: dict[str, tuple[str, dict[str, Any]]] = {
-    "dp_cp": ("get_data_parallel_group", {"with_context_parallel": True}),
-    "dp_cp_gloo": ("get_data_parallel_group_gloo", {"with_context_parallel": True}),
-    "intra_dp_cp": ("get_data_parallel_group", {"with_context_parallel": True,
-                                                "partial_data_parallel": True}),
-    "intra_dp_cp_gloo": ("get_data_parallel_group_gloo", {"with_context_parallel": True,
-                                                          "partial_data_parallel": True}),
-    "dp": ("get_data_parallel_group", {}),
-    "dp_gloo": ("get_data_parallel_group_gloo", {}),
-    "cp": ("get_context_parallel_group", {}),
-    "mp": ("get_model_parallel_group", {}),
-    "tp": ("get_tensor_model_parallel_group", {}),
-    "pp": ("get_pipeline_model_parallel_group", {}),
-    "embd": ("get_embedding_group", {"check_initialized": False}),
-    "pos_embd": ("get_position_embedding_group", {"check_initialized": False}),
-    "tp_dp_cp": ("get_tensor_and_data_parallel_group", {"with_context_parallel": True}),
-    "tp_dp": ("get_tensor_and_data_parallel_group", {}),
-    "tp_cp": ("get_tensor_and_context_parallel_group", {}),
-    "ep": ("get_expert_model_parallel_group", {}),
-    "ep_tp": ("get_expert_tensor_parallel_group", {}),
-    "tp_ep_mp": ("get_expert_tensor_and_model_parallel_group", {}),
-    "tp_ep_pp": ("get_expert_tensor_model_pipeline_parallel_group", {}),
-    "ep_dp": ("get_expert_data_parallel_group", {}),
-    "ep_dp_gloo": ("get_expert_data_parallel_group_gloo", {}),
-    "intra_ep_dp": ("get_expert_data_parallel_group", {"partial_expert_data_parallel": True}),
-    "intra_ep_dp_gloo": ("get_expert_data_parallel_group_gloo",
-                         {"partial_expert_data_parallel": True}),
-    "inter_ep_dp": ("get_inter_distributed_optimizer_instance_group", {}),
-    "intra_dist_opt": ("get_intra_distributed_optimizer_instance_group", {}),
-}
 # 0.16/0.17 only: the AG group has a getter; from 0.18 the caller owns the groups.
-AG_GETTER_016 = ("get_data_parallel_group", {"with_context_parallel": True,
-                                             "independent_all_gather": True})
-
-# Megatron's own (ordered) rank lists: kind -> parallel_state global.
-ORDER_GLOBALS = {
-    "dp_cp": "_DATA_PARALLEL_GLOBAL_RANKS_WITH_CP", "dp": "_DATA_PARALLEL_GLOBAL_RANKS",
-    "cp": "_CONTEXT_PARALLEL_GLOBAL_RANKS", "mp": "_MODEL_PARALLEL_GLOBAL_RANKS",
-    "tp": "_TENSOR_MODEL_PARALLEL_GLOBAL_RANKS", "pp": "_PIPELINE_GLOBAL_RANKS",
-    "embd": "_EMBEDDING_GLOBAL_RANKS", "pos_embd": "_POSITION_EMBEDDING_GLOBAL_RANKS",
-    "ep": "_EXPERT_MODEL_PARALLEL_RANKS",
-}
+AG_GETTER_016 = megatron_getters("0.16")["dp_cp_ag"]
 
 MAX_RECORDED = 64  # mismatches kept per rank
 
@@ -191,19 +151,16 @@ def all_gather_checks(layout: Layout, rank: int, group_of: Callable[[str], Any],
         _check(checks, mism, rank, "megatron_has_separate_ag",
                bool(megatron.has_separate_all_gather_group()) == on,
                f"has_separate_all_gather_group() is {not on}, expected {on}.")
-        name, kw = AG_GETTER_016
-        pg, err = call_getter(megatron, name, kw)
+        pg, err = call_getter(megatron, AG_GETTER_016)
         if on:
             _check(checks, mism, rank, "megatron_ag_getter", pg is group_of("dp_cp_ag"),
-                   f"get_data_parallel_group(with_context_parallel=True, "
-                   f"independent_all_gather=True) does not return the AG group ({err}).",
+                   f"{AG_GETTER_016.label} does not return the AG group ({err}).",
                    kind="dp_cp_ag")
         else:
             _check(checks, mism, rank, "megatron_ag_getter_raises",
                    err is not None and err.startswith("AssertionError"),
-                   "option off: get_data_parallel_group(with_context_parallel=True, "
-                   "independent_all_gather=True) should raise AssertionError as in Megatron, got "
-                   f"{'a group' if pg is not None else err}.")
+                   f"option off: {AG_GETTER_016.label} should raise AssertionError as in "
+                   f"Megatron, got {'a group' if pg is not None else err}.")
     out["checks"] = checks
     out["mismatches"] = mism
     out["ok"] = not mism
@@ -211,51 +168,28 @@ def all_gather_checks(layout: Layout, rank: int, group_of: Callable[[str], Any],
 
 
 # ------------------------------------------------------------------ getters
-def call_getter(ps: Any, name: str, kwargs: Mapping[str, Any]) -> tuple[Any, str | None]:
-    fn = getattr(ps, name, None)
+def call_getter(ps: Any, get: Getter) -> tuple[Any, str | None]:
+    """``(group, None)`` from Megatron's getter, or ``(None, "<Error>: reason")``."""
+    fn = getattr(ps, get.function, None)
     if fn is None:
-        return None, f"AttributeError: parallel_state has no {name}()"
+        return None, f"AttributeError: parallel_state has no {get.function}()"
     try:
-        return fn(**kwargs), None
+        out = fn(**dict(get.kwargs))
     except AssertionError as exc:
         return None, f"AssertionError: {exc}"
     except TypeError as exc:
         return None, f"TypeError: {exc}"
+    if get.index is not None:
+        if out is None or get.index >= len(out):
+            return None, f"{get.label}: no such group"
+        out = out[get.index]
+    return out, None
 
 
-def getter_for(kind: str, ps: Any) -> Callable[[], tuple[Any, str | None]] | None:
+def getter_for(kind: str, ps: Any, mcore: str) -> Callable[[], tuple[Any, str | None]] | None:
     """A zero-argument callable returning ``(group, error)`` for ``kind``, or None."""
-    if kind in GETTERS:
-        name, kw = GETTERS[kind]
-        return lambda: call_getter(ps, name, kw)
-    if kind == "dp_cp_ag" and hasattr(ps, "has_separate_all_gather_group"):  # 0.16/0.17
-        return lambda: call_getter(ps, *AG_GETTER_016)
-    if kind.startswith("hcp_l"):
-        level = int(kind[5:])
-
-        def hcp():
-            groups, err = call_getter(ps, "get_hierarchical_context_parallel_groups", {})
-            if err or groups is None or level >= len(groups):
-                return None, err or "no hierarchical context-parallel groups"
-            return groups[level], None
-        return hcp
-    if kind.startswith("hybrid_dp_cp_"):
-        size = int(kind.rsplit("_", 1)[1])
-        return lambda: call_getter(ps, "get_hybrid_data_context_parallel_groups",
-                                   {"group_size": size})
-    return None
-
-
-def getter_label(kind: str) -> str:
-    if kind in GETTERS or kind == "dp_cp_ag":
-        name, kw = GETTERS[kind] if kind in GETTERS else AG_GETTER_016
-        args = ", ".join(f"{k}={v}" for k, v in kw.items())
-        return f"{name}({args})"
-    if kind.startswith("hcp_l"):
-        return f"get_hierarchical_context_parallel_groups()[{kind[5:]}]"
-    if kind.startswith("hybrid_dp_cp_"):
-        return f"get_hybrid_data_context_parallel_groups(group_size={kind.rsplit('_', 1)[1]})"
-    return "-"
+    get = getter(kind, mcore)
+    return None if get is None else (lambda: call_getter(ps, get))
 
 
 def compare_getters(ps: Any, layout: Layout, rank: int,
@@ -282,12 +216,12 @@ def compare_getters(ps: Any, layout: Layout, rank: int,
             pg, err = extra_groups[kind], None
             label = f"{kind} (passed in)"
         else:
-            getter = getter_for(kind, ps)
-            if getter is None:
+            get = getter(kind, layout.mcore)
+            if get is None:
                 no_getter.append(kind)
                 continue
-            pg, err = getter()
-            label = getter_label(kind)
+            pg, err = call_getter(ps, get)
+            label = get.label
         if isinstance(pg, list):  # a rank in several pipeline groups (not in stock layouts)
             pg = pg[0] if pg else None
         checked.append(kind)
@@ -318,7 +252,7 @@ def compare_getters(ps: Any, layout: Layout, rank: int,
                                  f"from the one created for {kind} group {m.group}.",
                                  kind=kind, group=m.group, desc=desc))
     # Megatron's ordered lists.
-    for kind, name in ORDER_GLOBALS.items():
+    for kind, name in ordered_rank_globals(layout.mcore).items():
         m = view.groups.get(kind)
         value = getattr(ps, name, None)
         if m is None or value is None:
@@ -331,15 +265,18 @@ def compare_getters(ps: Any, layout: Layout, rank: int,
                                  f"{list(value)}, the plan's {kind} group {m.group} in Megatron's "
                                  f"order is {plan}.", kind=kind, group=m.group,
                                  desc=layout.desc(kind), expected=plan, actual=list(value)))
-    # One optimizer instance: Megatron aliases the partial groups (reference section 7).
-    n = layout.config.num_distributed_optimizer_instances
-    if n == 1 and "dp_cp" in view.groups:
-        intra, _ = call_getter(ps, *GETTERS["intra_dp_cp"])
-        dpcp, _ = call_getter(ps, *GETTERS["dp_cp"])
-        if intra is not dpcp:
-            mism.append(mismatch("alias", rank, "one optimizer instance: the intra-partial DP "
-                                 "group should be the DP-with-CP group object itself.",
-                                 kind="dp_cp"))
+    # Kinds not built here whose getter returns another kind's group object (reference
+    # section 7: one optimizer instance aliases the partial groups; 0.19 with GTP 1
+    # aliases the GTP-merged DP groups).
+    for kind, get in megatron_getters(layout.mcore).items():
+        if kind in layout.kinds or get.alias not in view.groups:
+            continue
+        pg, _ = call_getter(ps, get)
+        target, _ = call_getter(ps, megatron_getters(layout.mcore)[get.alias])
+        if pg is not target:
+            mism.append(mismatch("alias", rank, f"{get.label} should return the {get.alias} "
+                                 f"group object itself (the plan builds no {kind} group).",
+                                 kind=get.alias))
     return {"checked": checked, "no_getter": no_getter, "mismatches": mism[:MAX_RECORDED],
             "n_mismatches": len(mism), "groups": groups}
 

@@ -12,6 +12,7 @@ and writes ``--report``. Every rank exits 0 only when everything matched.
 
 from __future__ import annotations
 
+import argparse
 import os
 import socket
 import sys
@@ -24,7 +25,10 @@ import torch
 import torch.distributed as dist
 
 from ..layout import Layout
-from .options import EXIT_FAILED, Fault, ReplayOptions
+from .options import (
+    BACKENDS, ENGINES, EXIT_FAILED, EXIT_INTERRUPTED, EXIT_USAGE, Fault, ReplayOptions,
+    parse_bytes,
+)
 from .verify import (
     MAX_RECORDED, all_gather_checks, all_gather_ranks, compare_getters, is_group,
     megatron_communicators, membership_mismatches, mismatch,
@@ -348,7 +352,7 @@ def run_rank(layout: Layout, opts: ReplayOptions, *, rank: int, world_size: int,
         def group_of(kind):
             if kind in extra:
                 return extra[kind]
-            get = getter_for(kind, ps)
+            get = getter_for(kind, ps, layout.mcore)
             if get is not None:
                 pg, _ = get()
                 return pg if is_group(pg) else None
@@ -451,9 +455,8 @@ def torchrun_env() -> tuple[int, int, int]:
 def torchrun_main(layout: Layout, opts: ReplayOptions, *, report_path: str | None = None,
                   quiet: bool = False, echo: Callable[[str], None] = print) -> int:
     """Replay under torchrun; rank 0 prints the summary and writes the report. Exit code."""
-    import json
-
     from ..errors import SimharnessError
+    from .launcher import write_report
     from .plan_checks import check_replayable
     from .report import build_report, summary_lines
 
@@ -496,8 +499,7 @@ def torchrun_main(layout: Layout, opts: ReplayOptions, *, report_path: str | Non
             for line in summary_lines(report):
                 echo(line)
         if report_path:
-            with open(report_path, "w", encoding="utf-8") as fh:
-                json.dump(report, fh, indent=2)
+            write_report(report, report_path)
     try:
         dist.barrier()
         dist.destroy_process_group()
@@ -506,7 +508,58 @@ def torchrun_main(layout: Layout, opts: ReplayOptions, *, report_path: str | Non
     return report["exit_code"]
 
 
-if __name__ == "__main__":  # python -m simharness.replay.worker
-    from .._cli.replay import worker_main
+class _ArgumentError(Exception):
+    pass
 
-    worker_main()
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message):  # one ``error:`` line instead of argparse's usage + exit
+        raise _ArgumentError(message)
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = _Parser(prog="python -m simharness.replay.worker",
+                description="One replay rank under torchrun (reads RANK, WORLD_SIZE, "
+                            "LOCAL_RANK, MASTER_ADDR/PORT); rank 0 prints the summary.",
+                epilog="Example: torchrun --nnodes 2 --nproc-per-node 8 --rdzv-backend c10d "
+                       "--rdzv-endpoint $MASTER_ADDR:29500 -m simharness.replay.worker "
+                       "--plan plan.json")
+    d = ReplayOptions()
+    p.add_argument("--plan", required=True, metavar="FILE",
+                   help="The plan to replay (simharness export --out FILE, or simharness "
+                        "replay ... --print-torchrun).")
+    p.add_argument("--engine", choices=ENGINES, default=d.engine)
+    p.add_argument("--backend", choices=BACKENDS, default=None,
+                   help="Default: nccl when this rank has a GPU, else gloo.")
+    p.add_argument("--timeout", type=float, default=d.timeout)
+    p.add_argument("--overlap-bytes", type=parse_bytes, default=d.overlap_bytes)
+    p.add_argument("--iters", type=int, default=d.iters)
+    p.add_argument("--report", metavar="FILE", default=None)
+    p.add_argument("--quiet", "-q", action="store_true")
+    return p
+
+
+def worker_main(argv: list[str] | None = None) -> int:
+    """``python -m simharness.replay.worker --plan FILE``: the exit code; bad input is one
+    ``error:`` line on stderr and 2. The replay library alone (no CLI)."""
+    from ..errors import SimharnessError
+    from ..planfile import read_plan
+
+    try:
+        args = _parser().parse_args(argv)
+        torchrun_env()  # a clear error outside torchrun, before anything else
+        layout = read_plan(args.plan, "write one with `simharness export ... --out FILE`")
+        backend = args.backend or ("nccl" if torch.cuda.is_available() else "gloo")
+        opts = ReplayOptions(backend=backend, engine=args.engine, timeout=args.timeout,
+                             overlap_bytes=args.overlap_bytes, iters=args.iters)
+        return torchrun_main(layout, opts, report_path=args.report, quiet=args.quiet)
+    except (_ArgumentError, SimharnessError) as exc:
+        print(f"error: {' '.join(str(exc).split())}", file=sys.stderr)
+        return EXIT_USAGE
+    except KeyboardInterrupt:
+        print("error: aborted", file=sys.stderr)
+        return EXIT_INTERRUPTED
+
+
+if __name__ == "__main__":  # python -m simharness.replay.worker
+    sys.exit(worker_main())

@@ -3,9 +3,10 @@
 The flow is one way: a topology file (``topologies/*.toml``) becomes a
 :class:`Cluster` (arithmetic) and a networkx graph; a layout's ranks are
 placed on its devices; locality counts and findings come from the placement;
-:mod:`.cost` prices ring collectives with max-min fair link sharing and
-:mod:`.overlap` runs the backward-pass step model with and without a separate
-all-gather communicator.
+:mod:`.cost` gives each group's ring rate on the links (max-min fair sharing,
+PXN) and prices its collectives with NCCL's tuning model (:mod:`.nccl_model`),
+and :mod:`.overlap` runs the backward-pass step model with and without a
+separate all-gather communicator.
 
 >>> from simharness import ParallelismConfig, build_layout
 >>> layout = build_layout(ParallelismConfig(world_size=64, tensor_model_parallel_size=8,
@@ -20,7 +21,7 @@ all-gather communicator.
 """
 
 from .cluster import Cluster
-from .cost import build_rings, bus_bandwidth, maxmin_rates
+from .cost import build_rings, bus_bandwidth, maxmin_rates, predict
 from .errors import TopologyError
 from .loader import list_topologies, load_cluster, load_graph, load_spec, topology_dir
 from .locality import analyse, locality, topology_findings
@@ -30,5 +31,6 @@ from .schema import TopologySpec
 
 __all__ = ["Cluster", "Placement", "TopologyError", "TopologySpec", "analyse", "build_rings",
            "bus_bandwidth", "list_topologies", "load_cluster", "load_graph", "load_spec",
-           "locality", "maxmin_rates", "place", "place_layout", "simulate", "topology_dir",
+           "locality", "maxmin_rates", "place", "place_layout", "predict", "simulate",
+           "topology_dir",
            "topology_findings"]

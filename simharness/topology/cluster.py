@@ -63,9 +63,9 @@ class Cluster:
                 f"topology {spec.name!r} has no [scale_out] network, so it holds at most "
                 f"{spec.nodes_per_domain} node(s), got --nodes {n}")
         so = spec.scale_out
-        if so is not None and len(so.tiers) == 1 and n > so.tiers[0].nodes_per_switch:
+        if so is not None and len(so.tiers) == 1 and n > so.nodes_per_leaf:
             raise TopologyError(
-                f"topology {spec.name!r} has one switch tier of {so.tiers[0].nodes_per_switch} "
+                f"topology {spec.name!r} has one switch tier of {so.nodes_per_leaf} "
                 f"nodes per leaf and no spine, got --nodes {n}; lower --nodes or add a spine tier")
 
     # ------------------------------------------------------------ sizes
@@ -104,7 +104,7 @@ class Cluster:
 
     @property
     def nodes_per_leaf(self) -> int:
-        return self.spec.scale_out.tiers[0].nodes_per_switch if self.spec.scale_out else 0
+        return self.spec.scale_out.nodes_per_leaf if self.spec.scale_out else 0
 
     @property
     def n_leaf_groups(self) -> int:
@@ -229,15 +229,18 @@ class Cluster:
     def routes(self, a, b) -> np.ndarray:
         """Directed links from device ``a`` to device ``b`` (vectorised).
 
-        Returns an int64 array ``(len(a), 6)`` padded with -1: two NVLink links
-        inside a domain; otherwise PCIe, NIC, [leaf->spine, spine->leaf,] NIC,
-        PCIe. Traffic between different rails goes through the spine (PXN is
-        not modelled).
+        Returns an int64 array ``(len(a), 8)`` padded with -1: two NVLink links
+        inside a domain; otherwise [NVLink to the PXN proxy,] PCIe, NIC,
+        [leaf->spine, spine->leaf,] NIC, PCIe. On a rail-optimised fabric with
+        ``pxn`` (NCCL's default since 2.12), traffic between GPUs on different
+        rails first crosses NVLink to the GPU of the source node that sits on
+        the destination's rail and leaves through that GPU's NIC, so it stays
+        on one rail (and off the spine when both nodes share the rail's leaf).
         """
         a = np.atleast_1d(np.asarray(a, dtype=np.int64))
         b = np.atleast_1d(np.asarray(b, dtype=np.int64))
         off = self.link_offsets
-        out = np.full((a.size, 6), -1, dtype=np.int64)
+        out = np.full((a.size, ROUTE_WIDTH), -1, dtype=np.int64)
         same = self.domain_of(a) == self.domain_of(b)
         out[same, 0] = off["nvl_up"] + a[same]
         out[same, 1] = off["nvl_down"] + b[same]
@@ -247,20 +250,50 @@ class Cluster:
                 raise TopologyError(f"topology {self.spec.name!r} has no network between "
                                     "NVLink domains")
             fa, fb = a[far], b[far]
-            la, lb = self.leaf_of(fa), self.leaf_of(fb)
+            src = self.pxn_proxy(fa, fb)
+            hop = src != fa
+            la, lb = self.leaf_of(src), self.leaf_of(fb)
             via = la != lb
             if via.any() and not self.has_spine:
                 raise TopologyError(f"topology {self.spec.name!r} has no spine tier to join "
                                     f"leaf {int(la[via][0])} and leaf {int(lb[via][0])}")
-            rows = np.empty((fa.size, 6), dtype=np.int64)
-            rows[:, 0] = off["pcie_up"] + fa
-            rows[:, 1] = off["nic_up"] + self.nic_of(fa)
-            rows[:, 2] = np.where(via, off["leaf_up"] + la, -1)
-            rows[:, 3] = np.where(via, off["leaf_down"] + lb, -1)
-            rows[:, 4] = off["nic_down"] + self.nic_of(fb)
-            rows[:, 5] = off["pcie_down"] + fb
+            rows = np.empty((fa.size, ROUTE_WIDTH), dtype=np.int64)
+            rows[:, 0] = np.where(hop, off["nvl_up"] + fa, -1)
+            rows[:, 1] = np.where(hop, off["nvl_down"] + src, -1)
+            rows[:, 2] = off["pcie_up"] + src
+            rows[:, 3] = off["nic_up"] + self.nic_of(src)
+            rows[:, 4] = np.where(via, off["leaf_up"] + la, -1)
+            rows[:, 5] = np.where(via, off["leaf_down"] + lb, -1)
+            rows[:, 6] = off["nic_down"] + self.nic_of(fb)
+            rows[:, 7] = off["pcie_down"] + fb
             out[far] = rows
         return out
+
+    @property
+    def pxn(self) -> bool:
+        """Whether cross-rail traffic takes NCCL's PXN detour (rail fabric, ``pxn`` on)."""
+        so = self.spec.scale_out
+        return self.rail_wired and so is not None and so.pxn
+
+    def pxn_proxy(self, a, b) -> np.ndarray:
+        """The device that sends ``a``'s traffic to ``b`` onto the network.
+
+        ``a`` itself, unless PXN applies and ``b`` is on another rail: then the
+        first GPU of ``a``'s node behind the NIC of ``b``'s rail.
+
+        >>> from simharness.topology import load_cluster
+        >>> c = load_cluster("dgx-h100-superpod", nodes=2)
+        >>> c.pxn_proxy([0, 0], [8, 11]).tolist()     # rail 0 -> rail 0; rail 0 -> rail 3
+        [0, 3]
+        """
+        a = np.asarray(a, dtype=np.int64)
+        b = np.asarray(b, dtype=np.int64)
+        if not self.pxn:
+            return a.copy()
+        per_nic = self.gpus_per_node // self.nics_per_node
+        cross = self.rail_of(a) != self.rail_of(b)
+        proxy = self.node_of(a) * self.gpus_per_node + self.rail_of(b) * per_nic
+        return np.where(cross, proxy, a)
 
     def route_hops(self, a: int, b: int) -> int:
         """Number of links on the route from device ``a`` to device ``b``."""
@@ -352,12 +385,14 @@ class Cluster:
             "nvlink_gb_per_s": su.bandwidth_gb_per_s, "nvlink_efficiency": su.efficiency,
             "nics": self.n_nics, "rails": self.n_rails, "leaves": self.n_leaves,
             "spine": self.has_spine, "directed_links": self.n_links,
+            "arch": spec.node.arch, "nvls": su.nvls,
         }
         if so is not None:
             out.update(nics_per_node=so.nics_per_node, nic_gbit_per_s=so.speed_gbit_per_s,
                        nic_efficiency=so.efficiency, wiring=so.wiring,
-                       nodes_per_leaf=self.nodes_per_leaf)
+                       nodes_per_leaf=self.nodes_per_leaf, sharp=so.sharp, pxn=self.pxn)
         return out
 
 
 TIERS = ("nvlink", "pcie", "nic", "spine")
+ROUTE_WIDTH = 8  # links on the longest route: PXN NVLink hop, PCIe, NIC, 2 spine, NIC, PCIe

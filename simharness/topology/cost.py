@@ -1,34 +1,35 @@
-"""Alpha-beta cost of ring collectives, with max-min fair link sharing.
+"""Link model of a group's rings, and the NCCL-model cost of a collective on it.
 
-**Ring model.** A group's ring visits its members sorted by device (NCCL's
-ring search keeps the GPUs of an NVLink domain together). Inside one NVLink
-domain every member sends once to the next through the NVSwitch. A ring that
-spans domains is split into ``m`` channels, ``m`` = the fewest members the
-group has in any domain it touches; channel ``c`` enters and leaves every
-domain through the NIC of the domain's ``c``-th member (NCCL with PXN keeps a
-channel on one rail), so a domain boundary costs ``1/m`` of the volume on each
-of ``m`` NIC pairs. Routes between GPUs on different rails go through the
-spine (PXN detours are not modelled).
+**Rings (the link model).** A group's ring visits its members sorted by
+device (NCCL's ring search keeps the GPUs of an NVLink domain together).
+Inside one NVLink domain every member sends once to the next through the
+NVSwitch. A ring that spans domains is split into ``m`` channels, ``m`` = the
+fewest members the group has in any domain it touches; channel ``c`` enters
+and leaves every domain through the NIC of the domain's ``c``-th member, so a
+domain boundary costs ``1/m`` of the volume on each of ``m`` NIC pairs. On a
+rail-optimised fabric a hop between GPUs on different rails takes NCCL's PXN
+route: NVLink to the source node's GPU on the destination's rail, then that
+GPU's NIC (:meth:`.Cluster.routes`).
 
 **Rates.** A ring running at rate ``r`` moves ``r`` bytes/s through every hop,
 so link ``l`` carries ``w_l * r`` where ``w_l`` sums the ring's hops (and
 channel fractions) crossing it. Rings running at once share every link
 max-min fairly (progressive filling, :func:`maxmin_rates`); a ring alone runs
-at ``min_l capacity_l / w_l``.
+at ``min_l capacity_l / w_l``. That rate is what NCCL's topology search would
+find as channels x bandwidth per channel.
 
-**Time** (nccl-tests conventions, ``S`` = the buffer size nccl-tests reports,
-``n`` ranks, ``alpha`` = the slowest hop's latency)::
-
-    all-gather, reduce-scatter: base + (n-1) alpha + (n-1)/n S / r
-    all-reduce:                 base + 2(n-1) alpha + 2(n-1)/n S / r
-    busbw = S / t * factor, factor (n-1)/n resp. 2(n-1)/n
-
-so for large ``S`` the bus bandwidth tends to the ring's rate ``r``.
+**Cost.** :func:`predict` hands the group's shape (ranks, NVLink domains,
+architecture, NVLink, ring and network rates, NVLS / SHARP) to NCCL's tuning
+model (:mod:`.nccl_model`), which picks the algorithm and protocol NCCL would
+and prices the call; :func:`bus_bandwidth` is its nccl-tests busbw.
 
 >>> from simharness.topology import load_cluster
 >>> node = load_cluster("dgx-h100")
->>> round(bus_bandwidth(node, range(8), "all_gather", 1 << 30))   # GB/s
-367
+>>> e = predict(node, range(8), "all_gather", 1 << 30)
+>>> e.pick, round(e.busbw_gb_per_s)                       # GB/s
+('ring/simple', 366)
+>>> predict(node, range(8), "all_reduce", 1 << 30).pick
+'nvls/simple'
 """
 
 from __future__ import annotations
@@ -40,32 +41,9 @@ import numpy as np
 
 from .cluster import TIERS, Cluster
 from .errors import TopologyError
+from .nccl_model import Estimate, GroupShape, bus_factor, check_size, choose, collective_name
 
 COLLECTIVES = ("all_gather", "reduce_scatter", "all_reduce")
-_ALIASES = {"allgather": "all_gather", "ag": "all_gather", "reducescatter": "reduce_scatter",
-            "rs": "reduce_scatter", "allreduce": "all_reduce", "ar": "all_reduce"}
-
-
-def _collective(name: str) -> str:
-    key = name.replace("-", "_").lower()
-    key = _ALIASES.get(key.replace("_", ""), key)
-    if key not in COLLECTIVES:
-        raise TopologyError(f"unknown collective {name!r}; expected one of "
-                            f"{', '.join(COLLECTIVES)}")
-    return key
-
-
-def bus_factor(collective: str, n) -> np.ndarray:
-    """nccl-tests bus-bandwidth factor: (n-1)/n, or 2(n-1)/n for all-reduce."""
-    n = np.asarray(n, dtype=float)
-    f = (n - 1) / n
-    return 2 * f if _collective(collective) == "all_reduce" else f
-
-
-def ring_steps(collective: str, n) -> np.ndarray:
-    """Latency-bearing steps of a ring: n-1, or 2(n-1) for all-reduce."""
-    n = np.asarray(n, dtype=float)
-    return 2 * (n - 1) if _collective(collective) == "all_reduce" else n - 1
 
 
 @dataclass(frozen=True, eq=False)
@@ -110,6 +88,17 @@ class Rings:
             rate[f[first]] = val[order][first]
             tier[f[first]] = self.cluster.link_tier[self.link[order][first]]
         return rate, tier
+
+    @cached_property
+    def net_gb_per_s(self) -> np.ndarray:
+        """Per ring: its rate alone counting only network links (PCIe, NIC, spine);
+        ``inf`` for rings inside one NVLink domain."""
+        rate = np.full(self.n_rings, np.inf)
+        if self.flow.size:
+            net = self.cluster.link_tier[self.link] != TIERS.index("nvlink")
+            val = self.cluster.capacity[self.link[net]] / self.weight[net]
+            np.minimum.at(rate, self.flow[net], val)
+        return rate
 
     @property
     def alone_gb_per_s(self) -> np.ndarray:
@@ -196,7 +185,7 @@ def build_rings(cluster: Cluster, devices) -> Rings:
         weights.append(np.repeat(1.0 / m[rows], valid.sum(axis=1)))
         np.maximum.at(step_lat, rows, lat)
         np.maximum.at(max_links, rows, nlinks)
-        spine = route[:, 2] >= 0
+        spine = route[:, 4] >= 0
         uses_spine[rows[spine]] = True
         if cluster.rail_wired:
             bad = cluster.rail_of(src) != cluster.rail_of(dst)
@@ -247,30 +236,57 @@ def maxmin_rates(flow, link, weight, capacity, n_flows: int) -> np.ndarray:
     return rate
 
 
-def collective_time(collective: str, n, size_bytes, rate_gb_per_s, step_latency_us,
-                    base_latency_us: float = 0.0) -> np.ndarray:
-    """Seconds for a ring collective (vectorised over groups); 0 for n == 1."""
-    n = np.asarray(n, dtype=float)
-    rate = np.asarray(rate_gb_per_s, dtype=float) * 1e9
-    with np.errstate(divide="ignore", invalid="ignore"):
-        beta = np.where(n > 1, bus_factor(collective, n) * size_bytes / rate, 0.0)
-    alpha = ring_steps(collective, n) * np.asarray(step_latency_us) * 1e-6
-    return np.where(n > 1, base_latency_us * 1e-6 + alpha + beta, 0.0)
+def shape_of(cluster: Cluster, rings: Rings, i: int = 0, *, rate_gb_per_s: float | None = None,
+             collnet: bool = False) -> GroupShape:
+    """What NCCL's tuning sees of ring ``i`` of ``rings`` (see :class:`GroupShape`).
 
-
-def bus_bandwidth(cluster: Cluster, devices, collective: str, size_bytes: float,
-                  concurrent=None) -> float:
-    """Predicted nccl-tests busbw (GB/s) of one group on ``devices``.
-
-    ``concurrent``: other groups (rows of device indices) running the same
-    collective at the same time; the rate is then the max-min fair share.
+    ``rate_gb_per_s`` overrides the ring's rate (e.g. its share while other
+    rings run); ``collnet`` turns on CollNet (SHARP) where the switches have it.
     """
+    spec = cluster.spec
+    so = spec.scale_out
+    if collnet and not (so is not None and so.sharp):
+        raise TopologyError(f"topology {spec.name!r} has no SHARP switches ([scale_out] "
+                            "sharp = true); CollNet cannot be enabled on it")
+    dev = rings.devices[i]
+    domains = np.unique(cluster.domain_of(dev))
+    rate = float(rings.alone_gb_per_s[i] if rate_gb_per_s is None else rate_gb_per_s)
+    nvl = spec.scale_up.bandwidth_gb_per_s * spec.scale_up.efficiency
+    return GroupShape(
+        n_ranks=int(dev.size), n_nodes=int(domains.size), arch=spec.node.arch,
+        intra_gb_per_s=nvl, ring_gb_per_s=rate if np.isfinite(rate) else nvl,
+        net_gb_per_s=float(rings.net_gb_per_s[i]) if domains.size > 1 else 0.0,
+        nvls=spec.scale_up.nvls, collnet=collnet, mnnvl=spec.nodes_per_domain > 1,
+        step_latency_us=float(rings.step_latency_us[i]),
+        base_latency_us=spec.base_latency_us)
+
+
+def predict(cluster: Cluster, devices, collective: str, size_bytes: float, *,
+            algo: str | None = None, proto: str | None = None, concurrent=None,
+            collnet: bool = False) -> Estimate:
+    """NCCL's pick and cost for one call of ``collective`` on the group at ``devices``.
+
+    ``concurrent``: other groups (rows of device indices) running at the same
+    time; the ring rate is then the max-min fair share. ``algo``/``proto``
+    force a choice like ``NCCL_ALGO``/``NCCL_PROTO``.
+    """
+    coll = collective_name(collective)
+    size = check_size(size_bytes)
     rows = [list(devices)] + ([list(r) for r in concurrent] if concurrent is not None else [])
     if len({len(r) for r in rows}) != 1:
         raise TopologyError("concurrent groups must have the size of the measured group")
     rings = build_rings(cluster, rows)
-    rate = rings.concurrent_gb_per_s()[0] if len(rows) > 1 else rings.alone_gb_per_s[0]
-    n = rings.size
-    t = collective_time(collective, n, size_bytes, rate, rings.step_latency_us[0],
-                        cluster.spec.base_latency_us)
-    return float(size_bytes / t * bus_factor(collective, n) / 1e9)
+    rate = rings.concurrent_gb_per_s()[0] if len(rows) > 1 else None
+    shape = shape_of(cluster, rings, 0, rate_gb_per_s=rate, collnet=collnet)
+    return choose(shape, coll, size, algo=algo, proto=proto)
+
+
+def bus_bandwidth(cluster: Cluster, devices, collective: str, size_bytes: float,
+                  concurrent=None, **kw) -> float:
+    """Predicted nccl-tests busbw (GB/s) of one group on ``devices`` (see :func:`predict`)."""
+    return float(predict(cluster, devices, collective, size_bytes, concurrent=concurrent,
+                         **kw).busbw_gb_per_s)
+
+
+__all__ = ["COLLECTIVES", "Rings", "build_rings", "bus_bandwidth", "bus_factor", "maxmin_rates",
+           "predict", "shape_of"]

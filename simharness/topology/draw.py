@@ -63,7 +63,7 @@ def _shapes(cluster: Cluster) -> tuple[list[tuple], int, int]:
             leaf_pos[leaf] = (x, y_leaf)
     if cluster.has_spine and leaf_pos:
         sx = width / 2
-        for leaf, (x, y) in leaf_pos.items():
+        for x, y in leaf_pos.values():
             out.append(("line", x, y, sx, y_spine + 14, "#888888", "uplink"))
         out.append(("rect", sx - 60, y_spine - 10, 120, 24, "#e8e8e8", "#555555", "spine",
                     "spine"))

@@ -13,8 +13,14 @@ as a path to any TOML file that follows the schema in ``topologies/README.md``.
 
 from __future__ import annotations
 
-import tomllib
+import importlib.resources
+import sys
 from pathlib import Path
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # Python 3.10: the tomli backport, a dependency there
+    import tomli as tomllib
 
 from .cluster import Cluster
 from .errors import TopologyError
@@ -24,8 +30,13 @@ SUFFIX = ".toml"
 
 
 def topology_dir() -> Path:
-    """The shipped ``topologies/`` folder (repository root, next to the package)."""
-    return Path(__file__).resolve().parents[2] / "topologies"
+    """The shipped topologies: the package data ``simharness.topologies`` of an installed
+    simharness (wheel or editable: ``topologies/`` at the repository root), else, in a
+    source checkout that is on ``sys.path`` but not installed, ``topologies/`` beside it."""
+    try:
+        return Path(str(importlib.resources.files("simharness.topologies")))
+    except ModuleNotFoundError:
+        return Path(__file__).resolve().parents[2] / "topologies"
 
 
 def list_topologies() -> list[str]:

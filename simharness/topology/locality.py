@@ -162,7 +162,8 @@ def topology_findings(layout, placement: Placement,
     - ``topology-cp-nodes`` / ``topology-ep-nodes`` (warning): a CP or EP group
       crosses nodes over the network (leaves its NVLink domain);
     - ``topology-dp-rails`` (warning): a data-parallel ring on a rail-optimised
-      fabric crosses from one rail to another (its traffic takes the spine),
+      fabric crosses from one rail to another (PXN detours it over NVLink onto
+      the other rail's NIC, or it takes the spine without PXN),
       which a placement that keeps DP peers on the same local GPU avoids.
     """
     cluster = placement.cluster
@@ -189,7 +190,9 @@ def topology_findings(layout, placement: Placement,
             if bad.size:
                 out.append(_finding(
                     "topology-dp-rails", "warning", kind, bad, groups, dev, cluster,
-                    "cross rails: a ring hop joins GPUs on different rails and goes through "
-                    "the spine; place data-parallel peers on the same local GPU index "
+                    "cross rails: a ring hop joins GPUs on different rails, so NCCL's PXN "
+                    "sends it over NVLink to the destination rail's GPU first (or through the "
+                    "spine without PXN), an extra hop that shares that GPU's NIC; place "
+                    "data-parallel peers on the same local GPU index "
                     "(torchrun order with tp*cp dividing the GPUs per node)"))
     return out

@@ -22,9 +22,9 @@ otherwise hosts are numbered in order of first appearance.
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Sequence
 
 import numpy as np
 

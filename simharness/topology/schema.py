@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from .errors import TopologyError
+from .nccl_model import ARCHS
 
 SCHEMA_VERSION = 1
 WIRINGS = ("rail", "tor")
@@ -34,6 +35,9 @@ class NodeSpec:
     gpus: int
     gpus_per_board: int
     gpu: str = ""
+    arch: str | None = None  # NCCL's tuning row: volta, ampere, hopper, blackwell; None: not NCCL
+    sms: int | None = None    # streaming multiprocessors per GPU (datasheet)
+    hbm_gb_per_s: float | None = None  # HBM bandwidth per GPU (datasheet)
 
 
 @dataclass(frozen=True)
@@ -50,6 +54,8 @@ class ScaleUpSpec:
     efficiency: float
     latency_us: float
     technology: str = ""
+    nvls: bool = False       # NVSwitch multicast / NVLink SHARP (NVSwitch3+, Hopper+)
+    links: int | None = None  # NVLinks per GPU (documentation; bandwidth is per GPU)
 
 
 @dataclass(frozen=True)
@@ -76,12 +82,21 @@ class ScaleOutSpec:
     wiring: str
     tiers: tuple[TierSpec, ...]
     nic: str = ""
+    sharp: bool = False  # switches run in-network reductions (InfiniBand SHARP -> CollNet)
+    pxn: bool = True     # NCCL PXN: cross-rail traffic moves over NVLink to the rail's GPU
 
     @property
     def nic_gb_per_s(self) -> float:
         """Line rate of one NIC port in GB/s (400 Gb/s -> 50 GB/s)."""
         leaf_port = self.tiers[0].port_speed_gbit_per_s
         return min(self.speed_gbit_per_s, leaf_port) / 8.0
+
+    @property
+    def nodes_per_leaf(self) -> int:
+        """Nodes under one leaf switch: the leaf tier's ``nodes_per_switch``."""
+        n = self.tiers[0].nodes_per_switch
+        assert n is not None, "parse_spec requires nodes_per_switch on the leaf tier"
+        return n
 
 
 @dataclass(frozen=True)
@@ -105,7 +120,11 @@ class TopologySpec:
 
 
 class _Table:
-    """Typed reads from one TOML table; ``done()`` rejects unknown keys."""
+    """Typed reads from one TOML table; ``done()`` rejects unknown keys.
+
+    The readers are named for what they accept (``whole``, ``number``, ``flag``,
+    ``text``) so they do not shadow the builtins inside the class.
+    """
 
     def __init__(self, data: Any, where: str, source: str):
         if not isinstance(data, dict):
@@ -128,16 +147,17 @@ class _Table:
             return default
         return self.data[key]
 
-    def int(self, key: str, minimum: int = 1, default: Any = _MISSING) -> Any:
+    def whole(self, key: str, minimum: int = 1, default: Any = _MISSING) -> int:
         value = self.get(key, default)
-        if value is None and default is None:
-            return None
         if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
             raise self._fail(key, f"a whole number >= {minimum}", value)
         return value
 
-    def float(self, key: str, minimum: float = 0.0, maximum: float | None = None,
-              default: Any = _MISSING, positive: bool = False) -> float:
+    def optional_whole(self, key: str) -> int | None:
+        return None if self.get(key, None) is None else self.whole(key)
+
+    def number(self, key: str, minimum: float = 0.0, maximum: float | None = None,
+               default: Any = _MISSING, positive: bool = False) -> float:
         value = self.get(key, default)
         ok = not isinstance(value, bool) and isinstance(value, (int, float))
         ok = ok and (value > minimum if positive else value >= minimum)
@@ -149,19 +169,29 @@ class _Table:
             raise self._fail(key, f"a number {rng}", value)
         return float(value)
 
-    def str(self, key: str, choices: tuple[str, ...] | None = None, default: Any = _MISSING) -> str:
+    def optional_number(self, key: str, **limits: Any) -> float | None:
+        return None if self.get(key, None) is None else self.number(key, **limits)
+
+    def flag(self, key: str, default: bool = False) -> bool:
+        value = self.get(key, default)
+        if not isinstance(value, bool):
+            raise self._fail(key, "true or false", value)
+        return value
+
+    def text(self, key: str, choices: tuple[str, ...] | None = None,
+             default: Any = _MISSING) -> str:
         value = self.get(key, default)
         if not isinstance(value, str) or (choices and value not in choices):
             expected = f"one of {', '.join(map(repr, choices))}" if choices else "a string"
             raise self._fail(key, expected, value)
         return value
 
-    def table(self, key: str, optional: bool = False) -> "_Table | None":
-        value = self.get(key, None if optional else _MISSING)
-        if value is None:
-            return None
-        return _Table(value, f"[{key}]" if not self.where else f"{self.where[:-1]}.{key}]",
-                      self.source)
+    def table(self, key: str) -> _Table:
+        return _Table(self.get(key),
+                      f"[{key}]" if not self.where else f"{self.where[:-1]}.{key}]", self.source)
+
+    def optional_table(self, key: str) -> _Table | None:
+        return None if self.get(key, None) is None else self.table(key)
 
     def done(self) -> None:
         unknown = sorted(set(self.data) - self.seen)
@@ -173,90 +203,113 @@ class _Table:
                 source=self.source, field=f"{self.where} {unknown[0]}".strip())
 
 
-def parse_spec(data: dict, source: str) -> TopologySpec:
-    """Validate a parsed TOML document; ``source`` names the file in errors."""
-    top = _Table(data, "", source)
-    schema = top.int("schema", default=SCHEMA_VERSION)
-    if schema != SCHEMA_VERSION:
-        raise top._fail("schema", f"{SCHEMA_VERSION} (the only schema version)", schema)
-    name = top.str("name")
-    description = top.str("description", default="")
-    references = top.get("references", [])
-    if not isinstance(references, list) or not all(isinstance(r, str) for r in references):
-        raise top._fail("references", "a list of strings", references)
-
-    t = top.table("node")
-    node = NodeSpec(gpus=t.int("gpus"), gpus_per_board=t.int("gpus_per_board", default=None),
-                    gpu=t.str("gpu", default=""))
-    if node.gpus_per_board is None:
-        node = NodeSpec(node.gpus, node.gpus, node.gpu)
+def _node(t: _Table) -> NodeSpec:
+    arch = t.get("arch", None)
+    if arch is not None and arch not in ARCHS:
+        raise t._fail("arch", f"one of {', '.join(map(repr, ARCHS))} (NCCL's tuning row)", arch)
+    gpus = t.whole("gpus")
+    node = NodeSpec(gpus=gpus, gpus_per_board=t.optional_whole("gpus_per_board") or gpus,
+                    gpu=t.text("gpu", default=""), arch=arch, sms=t.optional_whole("sms"),
+                    hbm_gb_per_s=t.optional_number("hbm_gb_per_s", positive=True))
     if node.gpus % node.gpus_per_board:
         raise t._fail("gpus_per_board", f"a divisor of gpus ({node.gpus})", node.gpus_per_board)
     t.done()
+    return node
 
-    t = top.table("scale_up")
+
+def _scale_up(t: _Table, node: NodeSpec) -> ScaleUpSpec:
     scale_up = ScaleUpSpec(
-        domain_gpus=t.int("domain_gpus"),
-        bandwidth_gb_per_s=t.float("bandwidth_gb_per_s", positive=True),
-        efficiency=t.float("efficiency", maximum=1.0, positive=True),
-        latency_us=t.float("latency_us"),
-        technology=t.str("technology", default=""))
+        domain_gpus=t.whole("domain_gpus"),
+        bandwidth_gb_per_s=t.number("bandwidth_gb_per_s", positive=True),
+        efficiency=t.number("efficiency", maximum=1.0, positive=True),
+        latency_us=t.number("latency_us"),
+        technology=t.text("technology", default=""),
+        nvls=t.flag("nvls"),
+        links=t.optional_whole("links"))
+    if scale_up.nvls and node.arch not in ("hopper", "blackwell"):
+        raise t._fail("nvls", "false unless [node] arch is 'hopper' or 'blackwell' (NVLink "
+                      f"SHARP needs NVSwitch3 and Hopper+; arch is {node.arch!r})", True)
     if scale_up.domain_gpus % node.gpus:
         raise t._fail("domain_gpus",
                       f"a multiple of [node] gpus ({node.gpus}): an NVLink domain holds whole "
                       "nodes",
                       scale_up.domain_gpus)
     t.done()
+    return scale_up
 
-    scale_out = None
-    t = top.table("scale_out", optional=True)
-    if t is not None:
-        nics = t.int("nics_per_node")
-        if node.gpus % nics:
-            raise t._fail("nics_per_node", f"a divisor of [node] gpus ({node.gpus})", nics)
-        wiring = t.str("wiring", WIRINGS)
-        raw_tiers = t.get("tiers")
-        if not isinstance(raw_tiers, list) or not 1 <= len(raw_tiers) <= 2:
-            raise t._fail("tiers", "1 or 2 [[scale_out.tiers]] tables (leaf, then optional spine)",
-                          raw_tiers)
-        tiers = []
-        for i, raw in enumerate(raw_tiers):
-            tt = _Table(raw, f"[[scale_out.tiers]] #{i + 1}", source)
-            top_tier = i == len(raw_tiers) - 1
-            tier = TierSpec(
-                name=tt.str("name"),
-                latency_us=tt.float("latency_us"),
-                port_speed_gbit_per_s=tt.float("port_speed_gbit_per_s", positive=True),
-                nodes_per_switch=tt.int("nodes_per_switch") if i == 0 else None,
-                uplink_ports=tt.int("uplink_ports", minimum=0 if top_tier else 1,
-                                    default=0 if top_tier else _MISSING),
-                ports=tt.int("ports", default=None))
-            if i == 0 and tier.ports is not None:
-                down = tier.nodes_per_switch * (1 if wiring == "rail" else nics)
-                if down + tier.uplink_ports > tier.ports:
-                    raise tt._fail("ports", f"at least {down} downlinks + {tier.uplink_ports} "
-                                   "uplinks (lower nodes_per_switch or uplink_ports)", tier.ports)
-            tt.done()
-            tiers.append(tier)
-        scale_out = ScaleOutSpec(
-            nics_per_node=nics,
-            speed_gbit_per_s=t.float("speed_gbit_per_s", positive=True),
-            efficiency=t.float("efficiency", maximum=1.0, positive=True),
-            nic_latency_us=t.float("nic_latency_us"),
-            pcie_gb_per_s=t.float("pcie_gb_per_s", positive=True),
-            wiring=wiring,
-            tiers=tuple(tiers),
-            nic=t.str("nic", default=""))
-        t.done()
 
-    t = top.table("collective", optional=True)
+def _tier(tt: _Table, leaf: bool, top: bool, downlinks_per_node: int) -> TierSpec:
+    """Tier 0 (``leaf``) names ``nodes_per_switch``; the ``top`` tier needs no uplinks."""
+    nodes_per_switch = tt.whole("nodes_per_switch") if leaf else None
+    tier = TierSpec(
+        name=tt.text("name"),
+        latency_us=tt.number("latency_us"),
+        port_speed_gbit_per_s=tt.number("port_speed_gbit_per_s", positive=True),
+        nodes_per_switch=nodes_per_switch,
+        uplink_ports=tt.whole("uplink_ports", minimum=0 if top else 1,
+                              default=0 if top else _MISSING),
+        ports=tt.optional_whole("ports"))
+    if nodes_per_switch is not None and tier.ports is not None:
+        down = nodes_per_switch * downlinks_per_node
+        if down + tier.uplink_ports > tier.ports:
+            raise tt._fail("ports", f"at least {down} downlinks + {tier.uplink_ports} "
+                           "uplinks (lower nodes_per_switch or uplink_ports)", tier.ports)
+    tt.done()
+    return tier
+
+
+def _scale_out(t: _Table, node: NodeSpec) -> ScaleOutSpec:
+    nics = t.whole("nics_per_node")
+    if node.gpus % nics:
+        raise t._fail("nics_per_node", f"a divisor of [node] gpus ({node.gpus})", nics)
+    wiring = t.text("wiring", WIRINGS)
+    raw_tiers = t.get("tiers")
+    if not isinstance(raw_tiers, list) or not 1 <= len(raw_tiers) <= 2:
+        raise t._fail("tiers", "1 or 2 [[scale_out.tiers]] tables (leaf, then optional spine)",
+                      raw_tiers)
+    downlinks_per_node = 1 if wiring == "rail" else nics
+    tiers = tuple(_tier(_Table(raw, f"[[scale_out.tiers]] #{i + 1}", t.source), leaf=i == 0,
+                        top=i == len(raw_tiers) - 1, downlinks_per_node=downlinks_per_node)
+                  for i, raw in enumerate(raw_tiers))
+    scale_out = ScaleOutSpec(
+        nics_per_node=nics,
+        speed_gbit_per_s=t.number("speed_gbit_per_s", positive=True),
+        efficiency=t.number("efficiency", maximum=1.0, positive=True),
+        nic_latency_us=t.number("nic_latency_us"),
+        pcie_gb_per_s=t.number("pcie_gb_per_s", positive=True),
+        wiring=wiring,
+        tiers=tiers,
+        nic=t.text("nic", default=""),
+        sharp=t.flag("sharp"),
+        pxn=t.flag("pxn", default=True))
+    t.done()
+    return scale_out
+
+
+def parse_spec(data: dict, source: str) -> TopologySpec:
+    """Validate a parsed TOML document; ``source`` names the file in errors."""
+    top = _Table(data, "", source)
+    schema = top.whole("schema", default=SCHEMA_VERSION)
+    if schema != SCHEMA_VERSION:
+        raise top._fail("schema", f"{SCHEMA_VERSION} (the only schema version)", schema)
+    name = top.text("name")
+    description = top.text("description", default="")
+    references = top.get("references", [])
+    if not isinstance(references, list) or not all(isinstance(r, str) for r in references):
+        raise top._fail("references", "a list of strings", references)
+
+    node = _node(top.table("node"))
+    scale_up = _scale_up(top.table("scale_up"), node)
+    t = top.optional_table("scale_out")
+    scale_out = None if t is None else _scale_out(t, node)
     base_latency = 0.0
+    t = top.optional_table("collective")
     if t is not None:
-        base_latency = t.float("base_latency_us")
+        base_latency = t.number("base_latency_us")
         t.done()
 
-    default_nodes = top.int("default_nodes", default=1)
-    max_nodes = top.int("max_nodes", default=None)
+    default_nodes = top.whole("default_nodes", default=1)
+    max_nodes = top.optional_whole("max_nodes")
     if max_nodes is not None and default_nodes > max_nodes:
         raise top._fail("default_nodes", f"at most max_nodes ({max_nodes})", default_nodes)
     top.done()

@@ -1,0 +1,74 @@
+"""The cost model against published NCCL measurements (prints; not a test).
+
+    PYTHONPATH=. python bench/bench_cost.py [--heldout] [--sweep] [FILE]
+
+One row per point of tests/data/nccl_calibration.toml (or FILE, e.g. what
+``bench/bench_replay.py --gpu`` wrote): measured, predicted, ratio
+(predicted / measured), NCCL's pick, and whether it is within the issue-8
+target (busbw +-15 %, time 1.5x). The summary is over held-out points only
+(points that set no constant); fit points are shown for completeness.
+``--sweep`` adds NCCL's pick and busbw over 1 KB .. 8 GB for a few groups.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from simharness.topology import load_cluster  # noqa: E402
+from simharness.topology.calibration import (  # noqa: E402
+    DEFAULT_PATH,
+    evaluate,
+    format_table,
+    load_points,
+)
+from simharness.topology.cost import predict  # noqa: E402
+
+SWEEP = [("dgx-h100", 1, range(8), "all_reduce"), ("dgx-h100", 1, range(8), "all_gather"),
+         ("dgx-h100-superpod", 16, range(128), "all_reduce"),
+         ("dgx-h100-superpod", 32, range(256), "all_gather"),
+         ("gb200-nvl72", 18, range(72), "all_reduce")]
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("file", nargs="?", default=str(DEFAULT_PATH))
+    ap.add_argument("--heldout", action="store_true", help="only held-out points")
+    ap.add_argument("--sweep", action="store_true", help="also print NCCL's pick over sizes")
+    args = ap.parse_args(argv)
+    points = load_points(args.file)
+    if args.heldout:
+        points = [p for p in points if p.split == "heldout"]
+    results = [evaluate(p) for p in points]
+    print(f"calibration: {args.file}")
+    print(format_table(results))
+    held = [r for r in results if r.point.split != "fit"]
+    if held:
+        ok = sum(r.within_target for r in held)
+        ratios = [r.ratio for r in held]
+        print(f"\nheld-out: {ok} of {len(held)} within target; ratio median "
+              f"{statistics.median(ratios):.2f}, min {min(ratios):.2f}, max {max(ratios):.2f}")
+        for r in held:
+            if not r.within_target:
+                print(f"  miss {r.point.id}: {r.point.known_miss or 'NOT EXPLAINED'}")
+    if args.sweep:
+        sizes = [1 << k for k in range(10, 34, 3)]
+        print("\nNCCL's pick and busbw (GB/s) over sizes:")
+        for topo, nodes, ranks, coll in SWEEP:
+            c = load_cluster(topo, nodes)
+            cells = []
+            for s in sizes:
+                e = predict(c, ranks, coll, s)
+                cells.append(f"{e.pick}:{e.busbw_gb_per_s:.0f}")
+            print(f"{topo} x{len(ranks)} {coll}: " + "  ".join(
+                f"{s >> 10}K={cell}" if s < 1 << 20 else f"{s >> 20}M={cell}"
+                for s, cell in zip(sizes, cells, strict=True)))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

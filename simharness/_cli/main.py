@@ -1,0 +1,90 @@
+"""The ``simharness`` command line (console script ``simharness`` -> ``main`` here).
+
+The commands live in ``simharness._cli``: ``layout`` (inspect, check, diff,
+export, verify-export, explain, version), ``topology`` (place, simulate) and
+``replay`` (replay), each exposing ``register(main)``. Shared flags, error
+handling and formatting: ``simharness._cli.common`` and ``simharness._cli.output``.
+Every bad input prints one ``error: ...`` line on stderr and exits 2.
+"""
+
+from __future__ import annotations
+
+import importlib
+import os
+
+import click
+
+import simharness
+
+from . import layout as layout_commands
+from . import output as out
+from .common import SimharnessGroup
+
+
+@click.group("simharness", cls=SimharnessGroup,
+             context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
+@click.version_option(simharness.__version__, "--version", prog_name="simharness",
+                      message="%(prog)s %(version)s")
+@click.option("--color/--no-color", "color", default=None,
+              help="Colour the output (default: only on a terminal; NO_COLOR turns it off).")
+@click.pass_context
+def main(ctx, color):
+    """Simulate and check Megatron-Core process-group layouts.
+
+    \b
+    Examples:
+      simharness inspect -n 16 --tp 2 --pp 2 --cp 2 --rank 5
+      simharness check -n 16 --tp 2 --pp 2 --cp 2
+      simharness diff -n 16 --tp 2 --pp 2 --cp 2 --toggle create_all_gather_group
+      simharness explain --nodes 8 --tp 8 --pp 4
+
+    Every command takes the parallelism flags (Megatron/NeMo names such as
+    --tensor-model-parallel-size/--tp) or --config FILE; see `simharness COMMAND --help`.
+    """
+    if color is None and os.environ.get("NO_COLOR"):
+        color = False
+    ctx.color = color
+
+
+layout_commands.register(main)
+
+# Other command families register themselves when present; an error inside
+# one of them surfaces (only the module's absence is tolerated).
+for _name in ("simharness._cli.topology", "simharness._cli.replay", "simharness._cli.capture"):
+    try:
+        _module = importlib.import_module(_name)
+    except ModuleNotFoundError as _exc:
+        if _exc.name != _name:
+            raise
+    else:
+        _module.register(main)
+
+
+@main.command(short_help="A 16-rank example: option off and on, with the checks.")
+def demo():
+    """A 16-rank layout (tp 2, pp 2, cp 2) with create_all_gather_group off and on, and the checks.
+
+    \b
+    Example:
+      simharness demo
+    """
+    base = simharness.ParallelismConfig(world_size=16, tensor_model_parallel_size=2,
+                                        pipeline_model_parallel_size=2, context_parallel_size=2)
+    for i, ag in enumerate((False, True)):
+        layout = simharness.build_layout(base.replace(create_all_gather_group=ag))
+        if i:
+            out.echo()
+        out.echo(out.style(f"== create_all_gather_group {out.onoff(ag)} ==", bold=True,
+                           fg="cyan"))
+        layout_commands.echo_summary(layout)
+        out.echo()
+        layout_commands.echo_kinds(layout, layout.kinds, show_all=False)
+        out.echo()
+        out.echo(out.heading("checks"))
+        findings = simharness.check(layout)
+        out.echo_findings(findings, indent=2)
+        out.echo("  " + out.findings_verdict(findings, strict=False))
+
+
+if __name__ == "__main__":
+    main()

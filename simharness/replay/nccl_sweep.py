@@ -1,0 +1,165 @@
+"""nccl-tests-style sweep through ``torch.distributed``, written as calibration points.
+
+``run_sweep`` starts ``world`` local ranks (NCCL with one GPU per rank, or gloo
+on CPU for tests), times out-of-place all-reduce / all-gather / reduce-scatter
+over a size sweep the way nccl-tests does (warm-up, then the mean of ``iters``
+back-to-back calls, the slowest rank's time), and times a reduce-scatter and an
+all-gather issued together on one communicator and on two (the
+``create_all_gather_group`` question). ``to_toml`` writes the results in the
+format of ``tests/data/nccl_calibration.toml`` (``split = "measured"``), so
+``bench/bench_cost.py FILE`` compares them with the model.
+
+It has never run on NCCL GPUs in this repository's development (no GPU was
+available); the gloo path is what the tests exercise.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from ..topology.nccl_model import bus_factor
+
+DEFAULT_SIZES = tuple(1 << k for k in range(10, 34, 2))   # 1 KB .. 8 GB
+COLLECTIVES = ("all_reduce", "all_gather", "reduce_scatter")
+
+
+@dataclass(frozen=True)
+class SweepOptions:
+    world: int
+    backend: str = "nccl"
+    sizes: tuple[int, ...] = DEFAULT_SIZES
+    collectives: tuple[str, ...] = COLLECTIVES
+    warmup: int = 5
+    iters: int = 20
+    overlap_bytes: int = 64 << 20
+    timeout_s: float = 600.0
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _timed(fn, sync, warmup: int, iters: int) -> float:
+    for _ in range(warmup):
+        fn()
+    sync()
+    t = time.perf_counter()
+    for _ in range(iters):
+        fn()
+    sync()
+    return (time.perf_counter() - t) / iters
+
+
+def _worker(rank: int, opts: SweepOptions, port: int, out: str) -> None:  # pragma: no cover
+    import torch
+    import torch.distributed as dist
+
+    from .probe import _ag, _rs  # the replay's async reduce-scatter / all-gather calls
+
+    gpu = opts.backend == "nccl"
+    if gpu:
+        torch.cuda.set_device(rank)
+    dev = torch.device("cuda", rank) if gpu else torch.device("cpu")
+    dist.init_process_group(opts.backend, init_method=f"tcp://127.0.0.1:{port}", rank=rank,
+                            world_size=opts.world)
+    sync = (lambda: torch.cuda.synchronize(dev)) if gpu else (lambda: None)
+    n = opts.world
+    rows = []
+    for coll in opts.collectives:
+        for size in opts.sizes:
+            elems = max(n, size // 4 // n * n)  # float32, divisible by n like nccl-tests
+            if coll == "all_reduce":
+                buf = torch.ones(elems, device=dev)
+                fn = lambda: dist.all_reduce(buf)  # noqa: E731
+            elif coll == "all_gather":
+                src = torch.ones(elems // n, device=dev)
+                dst = torch.empty(elems, device=dev)
+                fn = lambda: _ag(dst, src, None).wait()  # noqa: E731
+            else:
+                src = torch.ones(elems, device=dev)
+                dst = torch.empty(elems // n, device=dev)
+                fn = lambda: _rs(dst, src, None).wait()  # noqa: E731
+            t = torch.tensor([_timed(fn, sync, opts.warmup, opts.iters)], device=dev)
+            dist.all_reduce(t, op=dist.ReduceOp.MAX)
+            rows.append({"collective": coll, "size": elems * 4, "time_us": float(t) * 1e6})
+    # one communicator vs two: a reduce-scatter and an all-gather issued together
+    second = dist.new_group(list(range(n)))
+    elems = max(n, opts.overlap_bytes // 4 // n * n)
+    rs_src, rs_dst = torch.ones(elems, device=dev), torch.empty(elems // n, device=dev)
+    ag_src, ag_dst = torch.ones(elems // n, device=dev), torch.empty(elems, device=dev)
+    overlap = {}
+    for name, ag_group in (("one_communicator", None), ("two_communicators", second)):
+        def both():
+            w1 = _rs(rs_dst, rs_src, None)
+            w2 = _ag(ag_dst, ag_src, ag_group)
+            w1.wait()
+            w2.wait()
+        t = torch.tensor([_timed(both, sync, opts.warmup, opts.iters)], device=dev)
+        dist.all_reduce(t, op=dist.ReduceOp.MAX)
+        overlap[name] = float(t) * 1e6
+    if rank == 0:
+        info = {"backend": opts.backend, "world": n, "rows": rows,
+                "overlap": dict(overlap, size=elems * 4)}
+        if gpu:
+            info["gpu"] = torch.cuda.get_device_name(0)
+            info["nccl"] = ".".join(map(str, torch.cuda.nccl.version()))
+        Path(out).write_text(json.dumps(info))
+    dist.barrier()
+    dist.destroy_process_group()
+
+
+def run_sweep(opts: SweepOptions) -> dict:
+    """Run the sweep on ``opts.world`` local ranks; rank 0's results as a dict."""
+    import torch.multiprocessing as mp
+
+    if opts.world < 2:
+        raise ValueError(f"a sweep needs at least 2 ranks, got world {opts.world}")
+    if opts.backend == "nccl":
+        import torch
+
+        have = torch.cuda.device_count() if torch.cuda.is_available() else 0
+        if have < opts.world:
+            raise RuntimeError(f"the NCCL sweep needs {opts.world} GPUs, found {have}")
+    with tempfile.TemporaryDirectory() as tmp:
+        out = os.path.join(tmp, "sweep.json")
+        ctx = mp.start_processes(_worker, args=(opts, _free_port(), out), nprocs=opts.world,
+                                 join=False, start_method="spawn")
+        deadline = time.monotonic() + opts.timeout_s
+        while not ctx.join(timeout=1.0):
+            if time.monotonic() > deadline:
+                for p in ctx.processes:
+                    if p.is_alive():
+                        p.kill()
+                raise TimeoutError(f"sweep did not finish in {opts.timeout_s:g} s")
+        return json.loads(Path(out).read_text())
+
+
+def to_toml(result: dict, *, topology: str, nodes: int = 1, gpu: str | None = None) -> str:
+    """The sweep as calibration points (``split = "measured"``) plus the overlap timing."""
+    n = int(result["world"])
+    gpu = gpu or result.get("gpu", result["backend"])
+    lines = [f"# measured by simharness.replay.nccl_sweep ({result['backend']}, {n} ranks)"]
+    for r in result["rows"]:
+        busbw = r["size"] / (r["time_us"] * 1e3) * bus_factor(r["collective"], n)
+        lines += ["", "[[point]]",
+                  f'id = "measured-{r["collective"]}-{r["size"]}"',
+                  'source = "measured: simharness.replay.nccl_sweep"',
+                  f'nccl = "{result.get("nccl", "")}"', f'gpu = "{gpu}"',
+                  f'collective = "{r["collective"]}"', 'algo = "default"',
+                  f'size = {int(r["size"])}', f'topology = "{topology}"', f"nodes = {nodes}",
+                  f"ranks_per_node = {n // nodes}", f"busbw = {busbw:.6g}",
+                  'split = "measured"', f'measured_by = "time_us = {r["time_us"]:.3f}"']
+    ov = result.get("overlap")
+    if ov:
+        lines += ["", "[overlap]", f"size = {int(ov['size'])}",
+                  f"one_communicator_us = {ov['one_communicator']:.3f}",
+                  f"two_communicators_us = {ov['two_communicators']:.3f}"]
+    return "\n".join(lines) + "\n"

@@ -1,0 +1,164 @@
+"""Published NCCL measurements and the model's prediction for each.
+
+The data set lives in ``tests/data/nccl_calibration.toml`` (format in its
+header); ``bench/bench_cost.py`` prints the table, the tests check every
+point (busbw within ``BW_TOLERANCE``, time within ``TIME_FACTOR``), and
+``bench/bench_replay.py --gpu`` writes measured points in the same format.
+
+>>> pts = load_points(DEFAULT_PATH)
+>>> p = next(p for p in pts if p.id == "h200x8-ar-4g")
+>>> r = evaluate(p)
+>>> r.pick, r.within_target
+('nvls/simple', True)
+"""
+
+from __future__ import annotations
+
+import math
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # Python 3.10: the tomli backport, a dependency there
+    import tomli as tomllib
+
+from .cost import predict
+from .errors import TopologyError
+from .loader import load_cluster
+
+DEFAULT_PATH = Path(__file__).resolve().parents[2] / "tests" / "data" / "nccl_calibration.toml"
+BW_TOLERANCE = 0.15   # issue 8: +-15 % on bandwidth
+TIME_FACTOR = 1.5     # issue 8: within 1.5x on latency
+_FIELDS = {"id", "source", "note", "nccl", "gpu", "collective", "algo", "size", "topology",
+           "nodes", "ranks_per_node", "node_list", "busbw", "time_us", "split", "used_for",
+           "known_miss", "measured_by"}
+
+
+@dataclass(frozen=True)
+class CalPoint:
+    id: str
+    source: str
+    collective: str
+    algo: str
+    size: float
+    topology: str
+    nodes: int
+    ranks_per_node: int
+    split: str
+    busbw: float | None = None
+    time_us: float | None = None
+    node_list: tuple[int, ...] | None = None
+    nccl: str = ""
+    gpu: str = ""
+    note: str = ""
+    used_for: str = ""
+    known_miss: str = ""
+
+    @property
+    def metric(self) -> str:
+        return "busbw" if self.busbw is not None else "time_us"
+
+    @property
+    def measured(self) -> float:
+        value = self.busbw if self.busbw is not None else self.time_us
+        assert value is not None, "_point requires exactly one of busbw, time_us"
+        return value
+
+    def devices(self, gpus_per_node: int) -> np.ndarray:
+        """Device indices: the first ``ranks_per_node`` GPUs of each node used."""
+        nodes = self.node_list if self.node_list is not None else range(self.nodes)
+        return np.array([n * gpus_per_node + i for n in nodes for i in range(self.ranks_per_node)],
+                        dtype=np.int64)
+
+
+@dataclass(frozen=True)
+class CalResult:
+    point: CalPoint
+    predicted: float
+    pick: str
+
+    @property
+    def ratio(self) -> float:
+        """predicted / measured."""
+        return self.predicted / self.point.measured
+
+    @property
+    def within_target(self) -> bool:
+        if self.point.metric == "busbw":
+            return abs(self.ratio - 1.0) <= BW_TOLERANCE
+        return 1.0 / TIME_FACTOR <= self.ratio <= TIME_FACTOR
+
+
+def _point(raw: dict, where: str) -> CalPoint:
+    unknown = set(raw) - _FIELDS
+    if unknown:
+        raise TopologyError(f"{where}: unknown field(s) {', '.join(sorted(unknown))}")
+    for key in ("id", "source", "collective", "size", "topology", "nodes", "ranks_per_node",
+                "split"):
+        if key not in raw:
+            raise TopologyError(f"{where}: missing field {key!r}")
+    if ("busbw" in raw) == ("time_us" in raw):
+        raise TopologyError(f"{where} ({raw['id']}): give exactly one of busbw, time_us")
+    value = raw.get("busbw", raw.get("time_us"))
+    if not isinstance(value, (int, float)) or isinstance(value, bool) or not value > 0:
+        raise TopologyError(f"{where} ({raw['id']}): measured value must be a number > 0, "
+                            f"got {value!r}")
+    if raw["split"] not in ("fit", "heldout", "measured"):
+        raise TopologyError(f"{where} ({raw['id']}): split must be fit, heldout or measured, "
+                            f"got {raw['split']!r}")
+    nl = raw.get("node_list")
+    return CalPoint(
+        id=raw["id"], source=raw["source"], collective=raw["collective"],
+        algo=raw.get("algo", "default"), size=float(raw["size"]), topology=raw["topology"],
+        nodes=int(raw["nodes"]), ranks_per_node=int(raw["ranks_per_node"]), split=raw["split"],
+        busbw=raw.get("busbw"), time_us=raw.get("time_us"),
+        node_list=tuple(int(x) for x in nl) if nl is not None else None,
+        nccl=raw.get("nccl", ""), gpu=raw.get("gpu", ""), note=raw.get("note", ""),
+        used_for=raw.get("used_for", ""), known_miss=raw.get("known_miss", ""))
+
+
+def load_points(path: str | Path = DEFAULT_PATH) -> list[CalPoint]:
+    """Every ``[[point]]`` of a calibration file, validated."""
+    path = Path(path)
+    try:
+        data = tomllib.loads(path.read_text())
+    except (OSError, tomllib.TOMLDecodeError) as exc:
+        raise TopologyError(f"{path}: cannot read calibration data: {exc}") from None
+    return [_point(raw, f"{path} point #{i + 1}") for i, raw in enumerate(data.get("point", []))]
+
+
+def evaluate(point: CalPoint) -> CalResult:
+    """The model's prediction for one point (same metric as the measurement)."""
+    cluster = load_cluster(point.topology, point.nodes)
+    dev = point.devices(cluster.gpus_per_node)
+    algo = None if point.algo == "default" else point.algo
+    est = predict(cluster, dev, point.collective, point.size, algo=algo)
+    value = est.busbw_gb_per_s if point.metric == "busbw" else est.time_us
+    return CalResult(point, float(value), est.pick)
+
+
+def format_table(results: list[CalResult]) -> str:
+    """The calibration table, one row per point, ratio = predicted / measured."""
+    head = (f"{'id':28s} {'split':7s} {'coll':10s} {'size':>7s} {'gpus':>4s} {'gpu':9s} "
+            f"{'metric':7s} {'measured':>9s} {'model':>9s} {'ratio':>6s} {'pick':16s} status")
+    lines = [head]
+    for r in results:
+        p = r.point
+        status = "ok" if r.within_target else ("known miss" if p.known_miss else "MISS")
+        lines.append(f"{p.id:28s} {p.split:7s} {p.collective:10s} {_size(p.size):>7s} "
+                     f"{len(p.devices(1)):>4d} "
+                     f"{p.gpu[:9]:9s} {p.metric:7s} {p.measured:9.2f} {r.predicted:9.2f} "
+                     f"{r.ratio:6.2f} {r.pick:16s} {status}")
+    return "\n".join(lines)
+
+
+def _size(b: float) -> str:
+    for unit, div in (("G", 1 << 30), ("M", 1 << 20), ("K", 1 << 10)):
+        if b >= div:
+            v = b / div
+            return f"{v:g}{unit}" if v == math.floor(v) else f"{v:.1f}{unit}"
+    return f"{b:g}"

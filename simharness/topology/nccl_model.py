@@ -1,0 +1,397 @@
+"""NCCL's own cost model: which algorithm and protocol NCCL picks, and what it costs.
+
+NCCL prices every (collective, algorithm, protocol) once per communicator
+(``ncclTopoTuneModel`` in ``src/graph/tuning.cc``) as a latency ``lat`` (us)
+and an algorithm bandwidth ``bw`` (GB/s), then runs each call with the
+combination of least ``time = lat + bytes / (1000 * bw)``
+(``ncclTopoGetAlgoTime``). This module re-implements that table from the
+constants and formulas of NCCL's source (written here from the published
+facts, not copied); where a number is ours and not NCCL's, the comment says
+so. The inputs NCCL gets from its topology search (channels x bandwidth per
+channel) come from :mod:`.cost`'s link model: the per-rank ring rate of the
+group on the cluster (NVLink, NICs, PXN, rails, link sharing).
+
+Sources (NVIDIA/nccl, ``src/graph/tuning.cc`` of 2.23-2.26 unless noted):
+
+- ``baseLat`` (per algorithm x protocol) and ``hwLat`` (per link type NVLink /
+  PCI / network x algorithm x protocol), in us;
+- ring: ``2(n-1)`` (all-reduce) or ``n-1`` steps, of which ``2(nodes-1)`` resp.
+  ``nodes-1`` cross the network and pay the network latency, the rest the
+  NVLink latency, raised to the CPU's network post overhead (1 us on x86 Intel,
+  x3 for Simple) on multi-node rings;
+- tree: ``2 ((ppn-1) intraLat + log2(nodes) interLat)`` (log-scaled);
+  NVLSTree ``intraLat + 2 log2(nodes) interLat``; PAT ``8 + log2(nodes)
+  interLat/3.5 + 2.8 n``; NVLS ``intraLat (+ interLat over nodes)``;
+- bandwidth refinements: Ring/LL ``min(llMaxBw, bw/2)``, Ring/LL128 ``x0.92``
+  capped per channel, Tree ``x0.92`` capped per channel, Tree/LL ``/3.8``,
+  Tree/LL128 ``x7/9`` (one node) or ``x120/128``, PAT ``x0.75``; conversion
+  to algorithm bandwidth: ring ``n/nsteps``, tree and CollNet ``1/2``, NVLS
+  ``5/6``;
+- ``llMaxBws``, ``perChMaxRingLL128Bws``, ``perChMaxTreeLL128Bws``,
+  ``perChMaxTreeBws`` per architecture (Volta/Ampere/Hopper/Blackwell) and
+  node bucket (1, 2, >2 nodes);
+- ``nvlsEfficiency`` 0.85 (Hopper), 0.74 (Blackwell) (NCCL 2.27,
+  ``src/graph/tuning.cc`` / 2.28 ``src/tuning/nvls.cc``);
+- ``treeCorrectionFactor`` per protocol and power of two of the size;
+- ring plateau: multi-node Ring/Simple all-reduce latency x1.4 (SM80+) once
+  every rank's share of every channel is >= 64 B (``ncclTopoGetAlgoTime``);
+- per-link NVLink bandwidth ``SM80_NVLINK_BW 20.0``, ``SM90_NVLINK_BW 20.6``,
+  ``SM100_NVLINK_BW 40.1`` GB/s (``src/graph/topo.h``): the topology files'
+  NVLink efficiency is that figure over the line rate of a link.
+
+Enable rules (NCCL): Tree only for all-reduce; NVLS/NVLSTree/CollNet/PAT only
+Simple; NVLS on one NVLink domain (NVSwitch with multicast, Hopper+), or
+across nodes only with CollNet (SHARP); NVLSTree only across nodes; a
+multi-node NVLink domain (MNNVL, GB200 NVL72) counts as one node and gets no
+NVLS (NCCL 2.19-2.20: "MNNVL: NVLS not yet supported"); PAT for all-gather /
+reduce-scatter with one GPU per node.
+
+Not modelled (documented limits): NCCL's run-time channel reduction for
+mid-size messages, aggregation of several operations in one group, tuner
+plugins, the Tree "pattern" penalty, user ``NCCL_ALGO``/``NCCL_PROTO``
+overrides other than the ``algo``/``proto`` arguments.
+
+>>> shape = GroupShape(n_ranks=8, n_nodes=1, arch="hopper", intra_gb_per_s=370.8,
+...                    ring_gb_per_s=370.8, nvls=True)
+>>> best = choose(shape, "all_reduce", 8 * 2**30)
+>>> best.algo, best.proto, round(best.busbw_gb_per_s)
+('nvls', 'simple', 459)
+>>> small = choose(shape, "all_reduce", 1024)
+>>> small.algo, small.proto, round(small.time_us, 1)
+('ring', 'll', 15.0)
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+from .errors import TopologyError
+
+COLLECTIVES = ("all_gather", "reduce_scatter", "all_reduce")
+ALGOS = ("tree", "ring", "collnet_direct", "collnet_chain", "nvls", "nvls_tree", "pat")
+PROTOS = ("ll", "ll128", "simple")
+ARCHS = ("volta", "ampere", "hopper", "blackwell")
+_ALIASES = {"allgather": "all_gather", "ag": "all_gather", "reducescatter": "reduce_scatter",
+            "rs": "reduce_scatter", "allreduce": "all_reduce", "ar": "all_reduce"}
+MAX_BYTES = 1 << 40  # 1 TiB: far above any nccl-tests sweep; larger is a typo
+
+# ---------------------------------------------------------------- NCCL constants
+# baseLat[algo][proto], us (tuning.cc 2.23): Tree, Ring, CollNetDirect, CollNetChain,
+# NVLS, NVLSTree, PAT (PAT's 8 us base is written into its latency formula).
+BASE_LAT = {
+    "tree": (6.8, 14.0, 8.4), "ring": (6.6, 14.0, 8.4),
+    "collnet_direct": (0.0, 0.0, 0.0), "collnet_chain": (0.0, 0.0, 0.0),
+    "nvls": (0.0, 0.0, 0.0), "nvls_tree": (0.0, 0.0, 0.0), "pat": (0.0, 0.0, 0.0),
+}
+# hwLat[hw][algo][proto], us (tuning.cc 2.23); PAT's NVLink/PCI/net 4/4/14 from 2.23+.
+HW_LAT = {
+    "nvlink": {"tree": (0.6, 1.25, 4.0), "ring": (0.6, 1.9, 3.4),
+               "collnet_direct": (0.0, 0.0, 3.7), "collnet_chain": (0.0, 0.0, 2.8),
+               "nvls": (0.0, 0.0, 25.0), "nvls_tree": (0.0, 0.0, 25.0), "pat": (0.0, 0.0, 4.0)},
+    "pci": {"tree": (1.0, 1.9, 4.0), "ring": (1.0, 2.5, 5.7),
+            "collnet_direct": (0.0, 0.0, 3.7), "collnet_chain": (0.0, 0.0, 2.8),
+            "nvls": (0.0, 0.0, 0.0), "nvls_tree": (0.0, 0.0, 0.0), "pat": (0.0, 0.0, 4.0)},
+    "net": {"tree": (5.0, 8.5, 14.0), "ring": (2.7, 4.0, 14.0),
+            "collnet_direct": (0.0, 0.0, 31.0), "collnet_chain": (0.0, 0.0, 30.0),
+            "nvls": (0.0, 0.0, 18.0), "nvls_tree": (0.0, 0.0, 14.0), "pat": (0.0, 0.0, 14.0)},
+}
+# llMaxBws: one node -> by GPU architecture; several nodes -> by CPU (x86 Intel row).
+LL_MAX_BW = {"volta": (39.0, 39.0, 20.4), "ampere": (87.7, 22.5, 19.0),
+             "hopper": (141.0, 45.0, 35.0), "blackwell": (282.0, 90.0, 70.0)}
+LL_MAX_BW_INTEL = (39.0, 39.0, 20.4)
+PER_CH_MAX_RING_LL128 = {"volta": (20.0,) * 3, "ampere": (20.0,) * 3, "hopper": (36.7,) * 3,
+                         "blackwell": (73.4,) * 3}
+PER_CH_MAX_TREE_LL128 = {"volta": (20.0,) * 3, "ampere": (20.0,) * 3,
+                         "hopper": (36.7, 36.7, 29.0), "blackwell": (73.4, 73.4, 58.0)}
+PER_CH_MAX_TREE = {"volta": (26.5, 18.5, 10.0), "ampere": (24.0, 23.6, 17.8),
+                   "hopper": (38.7, 41.4, 36.0), "blackwell": (77.4, 82.8, 72.0)}
+NVLS_EFFICIENCY = {"volta": 0.0, "ampere": 0.0, "hopper": 0.85, "blackwell": 0.74}
+# src/graph/topo.h: GB/s of one NVLink per direction as NCCL counts it.
+NVLINK_BW_PER_LINK = {"volta": 20.0, "ampere": 20.0, "hopper": 20.6, "blackwell": 40.1}
+TREE_CORRECTION = {  # powers of two from 64 B (index 0) to 256 MB (index 22)
+    "ll": (1.0, 1.0, 1.0, 1.0, .9, .8, .7, .7, .7, .7, .6, .5, .4, .4, .5, .6, .7, .8, .9,
+           1.0, 1.0, 1.0, 1.0),
+    "ll128": (1.0, 1.0, 1.0, 1.0, 1.0, .9, .8, .8, .8, .7, .6, .6, .6, .6, .6, .6, .8, .9, .9,
+              .9, .9, 1.0, 1.0),
+    "simple": (.9, .9, .9, .9, .9, .9, .9, .8, .7, .6, .6, .5, .5, .5, .5, .6, .7, .8, .7, .7,
+               .8, .9, .9),
+}
+NET_OVERHEAD_US = 1.0   # getNetOverhead: x86 Intel (AMD: 2.0); x3 for Simple
+RING_PLATEAU = 1.4      # SM80+ (1.9 before)
+# Channels NCCL's search finds (e.g. 16-24 ring channels on DGX H100); used only for
+# the per-channel caps above, which do not bind at 16 channels on NVSwitch systems.
+# Ours, not NCCL's: the search result depends on the machine.
+DEFAULT_CHANNELS = 16
+
+
+def collective_name(name: str) -> str:
+    """Canonical collective name (``allreduce``, ``ar``, ``all-reduce`` -> ``all_reduce``)."""
+    key = str(name).replace("-", "_").lower()
+    key = _ALIASES.get(key.replace("_", ""), key)
+    if key not in COLLECTIVES:
+        raise TopologyError(f"unknown collective {name!r}; expected one of "
+                            f"{', '.join(COLLECTIVES)}")
+    return key
+
+
+def _choice(kind: str, value, choices: tuple[str, ...]) -> str | None:
+    if value is None:
+        return None
+    key = str(value).replace("-", "_").lower()
+    if key not in choices:
+        raise TopologyError(f"unknown {kind} {value!r}; expected one of {', '.join(choices)}")
+    return key
+
+
+def check_size(size_bytes) -> float:
+    """A message size in bytes: a finite number in [0, 1 TiB]."""
+    ok = (not isinstance(size_bytes, bool) and isinstance(size_bytes, (int, float))
+          and math.isfinite(size_bytes) and 0 <= size_bytes <= MAX_BYTES)
+    if not ok:
+        raise TopologyError(f"message size {size_bytes!r} is out of range; give bytes "
+                            f"between 0 and {MAX_BYTES} (1 TiB)")
+    return float(size_bytes)
+
+
+def bus_factor(collective: str, n: int) -> float:
+    """nccl-tests bus-bandwidth factor: (n-1)/n, or 2(n-1)/n for all-reduce."""
+    f = (n - 1) / n
+    return 2 * f if collective_name(collective) == "all_reduce" else f
+
+
+def _log2i(x: float) -> int:
+    return int(math.floor(math.log2(x))) if x >= 1 else 0
+
+
+@dataclass(frozen=True)
+class GroupShape:
+    """What NCCL's tuning sees of one communicator.
+
+    ``n_nodes`` counts NVLink domains (a multi-node NVLink domain is one node,
+    ``mnnvl`` says it spans several OS nodes); ``intra_gb_per_s`` is one GPU's
+    NVLink bandwidth as NCCL counts it (links x per-link figure);
+    ``ring_gb_per_s`` the per-rank ring rate of the link model (NCCL's
+    channels x bandwidth); ``net_gb_per_s`` the network rate per rank (its
+    node's NICs used by the group; 0 on one domain). ``arch=None`` is a
+    non-NCCL transport (gloo): ring/Simple only, with ``step_latency_us`` and
+    ``base_latency_us`` from the topology file.
+    """
+
+    n_ranks: int
+    n_nodes: int
+    arch: str | None
+    intra_gb_per_s: float
+    ring_gb_per_s: float
+    net_gb_per_s: float = 0.0
+    nvls: bool = False
+    collnet: bool = False
+    mnnvl: bool = False
+    channels: int = DEFAULT_CHANNELS
+    step_latency_us: float = 0.0
+    base_latency_us: float = 0.0
+
+    @property
+    def ppn(self) -> float:
+        return self.n_ranks / self.n_nodes
+
+    def describe(self) -> str:
+        return (f"{self.n_ranks} ranks on {self.n_nodes} node(s) ({self.ppn:g} per node), "
+                f"{self.arch or 'generic'}, NVLink {self.intra_gb_per_s:.1f} GB/s, ring "
+                f"{self.ring_gb_per_s:.1f} GB/s, net {self.net_gb_per_s:.1f} GB/s/rank"
+                + (", NVLS" if self.nvls else "") + (", CollNet/SHARP" if self.collnet else "")
+                + (", MNNVL" if self.mnnvl else ""))
+
+
+@dataclass(frozen=True)
+class Estimate:
+    """One (algorithm, protocol) priced for one call; times in us, rates in GB/s."""
+
+    collective: str
+    algo: str
+    proto: str
+    size_bytes: float
+    latency_us: float
+    algbw_gb_per_s: float
+    n_ranks: int
+
+    @property
+    def time_us(self) -> float:
+        if self.n_ranks < 2:
+            return 0.0
+        return self.latency_us + self.size_bytes / (1000.0 * self.algbw_gb_per_s)
+
+    @property
+    def busbw_gb_per_s(self) -> float:
+        """nccl-tests busbw: size / time x bus factor."""
+        if self.n_ranks < 2 or self.time_us == 0:
+            return math.inf
+        return self.size_bytes / (self.time_us * 1e3) * bus_factor(self.collective,
+                                                                    self.n_ranks)
+
+    @property
+    def pick(self) -> str:
+        return f"{self.algo}/{self.proto}"
+
+
+@dataclass(frozen=True)
+class Table:
+    """NCCL's latency/bandwidth table for one collective on one group."""
+
+    collective: str
+    shape: GroupShape
+    entries: dict[tuple[str, str], tuple[float, float]] = field(default_factory=dict)
+
+    def estimate(self, algo: str, proto: str, size_bytes: float) -> Estimate:
+        lat, bw = self.entries[(algo, proto)]
+        s = self.shape
+        if algo == "tree" and self.collective == "all_reduce":
+            log_size = _log2i(size_bytes / 64) if size_bytes >= 64 else -1
+            if 0 <= log_size < 23:
+                bw *= TREE_CORRECTION[proto][log_size]
+        if (algo == "ring" and proto == "simple" and s.n_nodes > 1 and s.arch is not None
+                and self.collective == "all_reduce"
+                and size_bytes / (s.channels * s.n_ranks) >= 64):
+            lat *= RING_PLATEAU
+        return Estimate(self.collective, algo, proto, size_bytes, lat, bw, s.n_ranks)
+
+    def all_estimates(self, size_bytes: float) -> list[Estimate]:
+        return sorted((self.estimate(a, p, size_bytes) for a, p in self.entries),
+                      key=lambda e: e.time_us)
+
+
+def tune(shape: GroupShape, collective: str) -> Table:
+    """NCCL's latency and bandwidth for every enabled (algorithm, protocol)."""
+    coll = collective_name(collective)
+    s = shape
+    if s.n_ranks < 1 or s.n_nodes < 1 or s.n_nodes > s.n_ranks:
+        raise TopologyError(f"a group of {s.n_ranks} ranks cannot span {s.n_nodes} nodes")
+    if s.arch is not None and s.arch not in ARCHS:
+        raise TopologyError(f"unknown GPU architecture {s.arch!r}; expected one of "
+                            f"{', '.join(ARCHS)}")
+    n, nodes = s.n_ranks, s.n_nodes
+    nsteps = 2 * (n - 1) if coll == "all_reduce" else n - 1
+    inter_steps = 0 if nodes == 1 else (2 * (nodes - 1) if coll == "all_reduce" else nodes - 1)
+    entries: dict[tuple[str, str], tuple[float, float]] = {}
+    if n < 2:
+        entries[("ring", "simple")] = (0.0, math.inf)
+        return Table(coll, s, entries)
+    if s.arch is None:  # gloo or another non-NCCL transport: a plain ring
+        lat = s.base_latency_us + nsteps * s.step_latency_us
+        entries[("ring", "simple")] = (lat, s.ring_gb_per_s * n / nsteps)
+        return Table(coll, s, entries)
+
+    for algo in _enabled_algos(s, coll):
+        for pi, proto in enumerate(PROTOS):
+            if algo not in ("ring", "tree") and proto != "simple":
+                continue
+            bw = _algbw(s, s.arch, coll, algo, proto, nsteps)
+            if bw > 0:
+                entries[(algo, proto)] = (_latency(s, algo, pi, nsteps, inter_steps), bw)
+    return Table(coll, s, entries)
+
+
+def _latency(s: GroupShape, algo: str, pi: int, nsteps: int, inter_steps: int) -> float:
+    """Latency (us) of one (algorithm, protocol ``PROTOS[pi]``), NCCL's formula per algorithm."""
+    n, nodes, ppn = s.n_ranks, s.n_nodes, s.ppn
+    intra = HW_LAT["nvlink"][algo][pi]
+    inter = HW_LAT["net"]["tree" if ppn == 1 else algo][pi]
+    base = BASE_LAT[algo][pi]
+    if algo == "ring":
+        if nodes > 1:
+            intra = max(intra, NET_OVERHEAD_US * (3 if PROTOS[pi] == "simple" else 1))
+        return base + (nsteps - inter_steps) * intra + inter_steps * inter
+    if algo == "tree":
+        return base + 2 * ((ppn - 1) * intra + _log2i(nodes) * inter)
+    if algo == "collnet_direct":
+        return base + 2 * (min(1.0, ppn - 1) * intra + (ppn - 1) * 0.4) + inter
+    if algo == "collnet_chain":
+        return base + 2 * (ppn - 1) * intra + inter
+    if algo == "nvls":
+        return intra + (inter if nodes > 1 else 0.0)
+    if algo == "nvls_tree":
+        return base + intra + 2 * _log2i(nodes) * inter
+    return 8.0 + _log2i(nodes) * (inter / 3.5) + n * 2.8  # pat
+
+
+def _enabled_algos(s: GroupShape, coll: str) -> list[str]:
+    hopper_plus = s.arch in ("hopper", "blackwell")
+    out = ["ring"]
+    if coll == "all_reduce":
+        out.append("tree")
+        if s.collnet and s.n_nodes > 1:
+            out += ["collnet_direct", "collnet_chain"]
+        if s.nvls and hopper_plus and s.ppn > 1 and s.n_nodes > 1 and not s.mnnvl:
+            out.append("nvls_tree")
+    if s.nvls and hopper_plus and s.ppn > 1 and not s.mnnvl and (s.n_nodes == 1 or s.collnet):
+        out.append("nvls")
+    if coll != "all_reduce" and s.ppn == 1 and s.n_nodes > 1:
+        out.append("pat")
+    return out
+
+
+def _algbw(s: GroupShape, arch: str, coll: str, algo: str, proto: str, nsteps: int) -> float:
+    """Algorithm bandwidth (GB/s) of one (algorithm, protocol), NCCL's refinements applied."""
+    idx2 = min(s.n_nodes, 3) - 1
+    ll_max = LL_MAX_BW[arch][idx2] if s.n_nodes == 1 else LL_MAX_BW_INTEL[idx2]
+    ch = s.channels
+    ring = s.ring_gb_per_s
+    eff = NVLS_EFFICIENCY[arch]
+    if algo == "ring":
+        bus = ring
+        if proto == "ll":
+            bus = min(ll_max, bus * 0.5)
+        elif proto == "ll128":
+            bus = min(bus * 0.92, ch * PER_CH_MAX_RING_LL128[arch][idx2])
+        return bus * s.n_ranks / nsteps
+    if algo == "tree":
+        bus = s.intra_gb_per_s if s.n_nodes <= 2 else ring
+        bus = min(bus * 0.92, ch * PER_CH_MAX_TREE[arch][idx2])
+        if proto == "ll":
+            bus = min(bus / 3.8, ll_max)
+        elif proto == "ll128":
+            bus = min(bus * (7.0 / 9.0 if s.n_nodes == 1 else 120.0 / 128.0),
+                      ch * PER_CH_MAX_TREE_LL128[arch][idx2])
+        return bus * 0.5
+    if algo == "nvls":
+        intra = s.intra_gb_per_s * eff
+        if coll == "all_reduce":
+            bus = intra if s.n_nodes == 1 else min(intra, s.net_gb_per_s)
+            return bus * 5.0 / 6.0
+        # all-gather / reduce-scatter: no bus -> algorithm conversion in NCCL
+        inter = intra if s.n_nodes == 1 else s.net_gb_per_s * 0.9
+        return min(intra * (s.ppn - 1) / s.ppn, inter)
+    if algo == "nvls_tree":
+        net = s.net_gb_per_s if s.n_nodes <= 2 else s.net_gb_per_s / 2
+        return min(s.intra_gb_per_s * eff, net) * 5.0 / 6.0
+    if algo == "collnet_chain":
+        return s.intra_gb_per_s * 0.5
+    if algo == "collnet_direct":
+        # NCCL divides by a GPU/NIC-ratio factor; with one NIC per GPU (DGX) it is 1.
+        bus = s.intra_gb_per_s
+        if s.arch in ("hopper", "blackwell"):
+            bus *= 0.85
+        return bus * 0.5
+    # pat: x0.75, no bus -> algorithm conversion for all-gather / reduce-scatter
+    return ring * 0.75
+
+
+def choose(shape: GroupShape, collective: str, size_bytes: float, *, algo: str | None = None,
+           proto: str | None = None) -> Estimate:
+    """The (algorithm, protocol) NCCL would run for ``size_bytes``, or the forced one.
+
+    ``algo``/``proto`` play ``NCCL_ALGO``/``NCCL_PROTO``: the pick is limited to
+    them; a combination NCCL would not enable here is an error naming it.
+    """
+    size = check_size(size_bytes)
+    want_a = _choice("algorithm", algo, ALGOS)
+    want_p = _choice("protocol", proto, PROTOS)
+    table = tune(shape, collective)
+    options = [e for e in table.all_estimates(size)
+               if (want_a is None or e.algo == want_a) and (want_p is None or e.proto == want_p)]
+    if not options:
+        have = ", ".join(f"{a}/{p}" for a, p in table.entries)
+        raise TopologyError(f"{collective_name(collective)} with algorithm {want_a or 'any'} "
+                            f"and protocol {want_p or 'any'} is not available for "
+                            f"{shape.describe()}; NCCL would enable: {have}")
+    return options[0]
