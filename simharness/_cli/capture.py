@@ -10,7 +10,10 @@ import click
 
 from . import output as out
 from .common import (
-    config_fields_from_options, config_flags_given, config_options, fail,
+    config_fields_from_options,
+    config_flags_given,
+    config_options,
+    fail,
 )
 
 DEFAULT_OUT = "simharness-capture.json"

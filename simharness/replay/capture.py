@@ -26,20 +26,31 @@ Progress: ``progress(done, total, elapsed_s)`` is called about every two seconds
 from __future__ import annotations
 
 import ast
+import contextlib
 import importlib
 import mmap
 import os
 import re
+import shutil
 import signal
 import sys
 import tempfile
 import time
 import warnings
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Callable, Iterable, Sequence
+from typing import Any
 
 from .capture_record import (
-    FAILED, NOT_RUN, OK, TIMEOUT, Capture, CaptureError, GetterSpec, GroupCall, RankRecord,
+    FAILED,
+    NOT_RUN,
+    OK,
+    TIMEOUT,
+    Capture,
+    CaptureError,
+    GetterSpec,
+    GroupCall,
+    RankRecord,
     parse_rank_spec,
 )
 
@@ -186,12 +197,13 @@ def _run_isolated(job, rank: int) -> dict[str, Any]:
 
         recv.close()
         try:
-            result = run_rank(job, rank, None)
-            result["calls"] = finish_calls(result["calls"])
-            send.send(result)
+            child = run_rank(job, rank, None)
+            child["calls"] = finish_calls(child["calls"])
+            send.send(child)
         finally:
             os._exit(0)
     send.close()
+    result: dict[str, Any] | None
     try:
         result = recv.recv()
     except EOFError:
@@ -239,10 +251,8 @@ def _worker_main(job, ranks, conn, stop, dump_path, isolate, accelerate) -> None
         import traceback
 
         code = 1
-        try:
+        with contextlib.suppress(Exception):
             conn.send(("crash", None, traceback.format_exc()[-2000:]))
-        except Exception:  # noqa: BLE001
-            pass
     finally:
         os._exit(code)
 
@@ -283,6 +293,8 @@ def parse_stack_dump(text: str) -> list[str]:
 
 def _dump_stack(w: _Worker, wait_s: float = 2.0) -> list[str]:
     pid = w.running_pid or _child_of(w)
+    if pid is None:
+        return []
     try:
         size0 = os.path.getsize(w.dump)
         os.kill(pid, signal.SIGUSR1)
@@ -313,6 +325,118 @@ def _child_of(w: _Worker) -> int | None:
         return w.pid
 
 
+def _kill(pid: int | None) -> None:
+    if pid:
+        with contextlib.suppress(OSError):
+            os.kill(pid, signal.SIGKILL)
+
+
+class _Pool:
+    """The forked workers of one capture and what they have reported so far."""
+
+    def __init__(self, job, rank_list: tuple[int, ...], n_jobs: int, *, isolate: bool,
+                 accelerate: bool, timeout: float):
+        self.timeout = timeout
+        self.stop = mmap.mmap(-1, 1)   # shared with the workers: 1 = start no new rank
+        self.tmp = tempfile.mkdtemp(prefix="simharness-capture-")
+        self.sequences: list[tuple[GroupCall, ...]] = []
+        self.seq_ids: dict[tuple, int] = {}
+        self.records: dict[int, RankRecord] = {}
+        self.crashes: list[str] = []
+        self.workers: list[_Worker] = []
+        from multiprocessing import Pipe
+
+        sys.stdout.flush()
+        sys.stderr.flush()
+        for i in range(n_jobs):
+            mine = rank_list[i::n_jobs]
+            recv, send = Pipe(duplex=False)
+            dump = os.path.join(self.tmp, f"worker{i}.stack")
+            open(dump, "w").close()
+            pid = os.fork()
+            if pid == 0:  # pragma: no cover - the worker never returns
+                recv.close()
+                _worker_main(job, mine, send, self.stop, dump, isolate, accelerate)
+            send.close()
+            self.workers.append(_Worker(pid, recv, dump, mine))
+        self.live = {w.conn: w for w in self.workers}
+
+    # ------------------------------------------------------------ messages
+    def _intern(self, w: _Worker, payload: dict) -> int:
+        new = payload.get("new_sequence")
+        if new is not None:
+            gid = self.seq_ids.get(new)
+            if gid is None:
+                gid = self.seq_ids[new] = len(self.sequences)
+                self.sequences.append(new)
+            w.seq_map[payload["sequence"]] = gid
+        return w.seq_map[payload["sequence"]]
+
+    def _fail_running(self, w: _Worker, status: str, error: dict) -> None:
+        if w.current is not None and w.current not in self.records:
+            self.records[w.current] = RankRecord(w.current, status, None, {}, {}, error)
+        w.current = None
+        self.stop[0] = 1
+
+    def _on_message(self, w: _Worker, kind: str, rank, payload) -> None:
+        if kind == "start":
+            w.current, w.running_pid, w.started = rank, payload, time.monotonic()
+        elif kind == "done":
+            self.records[rank] = RankRecord(rank, payload["status"], self._intern(w, payload),
+                                            payload.get("getters") or {},
+                                            payload.get("init") or {}, payload.get("error"))
+            w.current = None
+            if payload["status"] != OK:
+                self.stop[0] = 1
+        elif kind == "crash":
+            self.crashes.append(payload)
+            self.stop[0] = 1
+
+    def _on_exit(self, w: _Worker) -> None:
+        _, status = os.waitpid(w.pid, 0)
+        w.pid = 0
+        if w.current is not None:
+            self._fail_running(w, FAILED, {"kind": "died", "message": f"the process running "
+                                           f"rank {w.current} died ({_exit_text(status)})",
+                                           "where": []})
+
+    def receive(self, wait_s: float = 0.2) -> None:
+        from multiprocessing.connection import wait
+
+        for conn in wait(list(self.live), timeout=wait_s):
+            w = self.live[conn]
+            try:
+                kind, rank, payload = w.conn.recv()
+            except (EOFError, OSError):
+                self._on_exit(w)
+                del self.live[conn]
+                continue
+            self._on_message(w, kind, rank, payload)
+
+    def check_timeouts(self) -> None:
+        now = time.monotonic()
+        for w in list(self.live.values()):
+            if w.current is None or now - w.started <= self.timeout:
+                continue
+            where = _dump_stack(w)
+            for pid in {w.running_pid, _child_of(w), w.pid}:
+                _kill(pid)
+            self._fail_running(w, TIMEOUT, {"kind": "timeout", "message": f"rank did not "
+                                            f"finish within {self.timeout:g} s",
+                                            "where": where})
+
+    def close(self, *, kill: bool = False) -> None:
+        self.stop[0] = 1
+        for w in self.workers:
+            if kill:
+                _kill(w.pid)
+            if w.pid:
+                with contextlib.suppress(ChildProcessError):
+                    os.waitpid(w.pid, 0)
+            w.conn.close()
+        shutil.rmtree(self.tmp, ignore_errors=True)
+
+
 def run_program(program: Program, world_size: int, *, ranks: Iterable[int] | None = None,
                 timeout: float = DEFAULT_TIMEOUT_S, getters: Sequence[str | GetterSpec] = (),
                 jobs: int | None = None, isolate: bool = False, accelerate: bool = True,
@@ -321,8 +445,6 @@ def run_program(program: Program, world_size: int, *, ranks: Iterable[int] | Non
                 progress: Callable[[int, int, float], None] | None = None) -> Capture:
     """Run ``program`` once per rank (see the module doc); returns the (maybe partial) capture."""
     import torch.distributed  # noqa: F401 - imported once here, shared by every worker
-    from multiprocessing import Pipe
-    from multiprocessing.connection import wait
 
     from .capture_runtime import Job
 
@@ -337,108 +459,22 @@ def run_program(program: Program, world_size: int, *, ranks: Iterable[int] | Non
     job = Job(world_size, program.target, auto_init, specs, skip_non_members, program.argv,
               gpus_per_node)
     n_jobs = max(1, min(jobs or os.cpu_count() or 1, len(rank_list)))
-    stop = mmap.mmap(-1, 1)
-    tmp = tempfile.mkdtemp(prefix="simharness-capture-")
-    workers: list[_Worker] = []
-    t0 = time.monotonic()
-    sys.stdout.flush()
-    sys.stderr.flush()
-    for i in range(n_jobs):
-        mine = rank_list[i::n_jobs]
-        recv, send = Pipe(duplex=False)
-        dump = os.path.join(tmp, f"worker{i}.stack")
-        open(dump, "w").close()
-        pid = os.fork()
-        if pid == 0:  # pragma: no cover - the worker never returns
-            recv.close()
-            _worker_main(job, mine, send, stop, dump, isolate, accelerate)
-        send.close()
-        workers.append(_Worker(pid, recv, dump, mine))
-
-    sequences: list[tuple[GroupCall, ...]] = []
-    seq_ids: dict[tuple, int] = {}
-    records: dict[int, RankRecord] = {}
-    crashes: list[str] = []
-    last_report = t0
-
-    def intern(w: _Worker, payload: dict) -> int:
-        new = payload.get("new_sequence")
-        if new is not None:
-            gid = seq_ids.get(new)
-            if gid is None:
-                gid = seq_ids[new] = len(sequences)
-                sequences.append(new)
-            w.seq_map[payload["sequence"]] = gid
-        return w.seq_map[payload["sequence"]]
-
-    def fail_running(w: _Worker, status: str, error: dict) -> None:
-        if w.current is not None and w.current not in records:
-            records[w.current] = RankRecord(w.current, status, None, {}, {}, error)
-        w.current = None
-
-    live = {w.conn: w for w in workers}
+    t0 = last_report = time.monotonic()
+    pool = _Pool(job, rank_list, n_jobs, isolate=isolate, accelerate=accelerate,
+                 timeout=timeout)
     try:
-        while live:
-            for conn in wait(list(live), timeout=0.2):
-                w = live[conn]
-                try:
-                    kind, rank, payload = conn.recv()
-                except (EOFError, OSError):
-                    _, status = os.waitpid(w.pid, 0)
-                    fail_running(w, FAILED, {"kind": "died", "message": f"the process running "
-                                             f"rank {w.current} died ({_exit_text(status)})",
-                                             "where": []})
-                    del live[conn]
-                    w.pid = 0
-                    continue
-                if kind == "start":
-                    w.current, w.running_pid, w.started = rank, payload, time.monotonic()
-                elif kind == "done":
-                    sid = intern(w, payload)
-                    records[rank] = RankRecord(rank, payload["status"], sid,
-                                               payload.get("getters") or {},
-                                               payload.get("init") or {}, payload.get("error"))
-                    w.current = None
-                    if payload["status"] != OK:
-                        stop[0] = 1
-                elif kind == "crash":
-                    crashes.append(payload)
-                    stop[0] = 1
+        while pool.live:
+            pool.receive()
+            pool.check_timeouts()
             now = time.monotonic()
-            for w in list(live.values()):
-                if w.current is not None and now - w.started > timeout:
-                    where = _dump_stack(w)
-                    for pid in {w.running_pid, _child_of(w), w.pid} - {None, 0}:
-                        try:
-                            os.kill(pid, signal.SIGKILL)
-                        except OSError:
-                            pass
-                    fail_running(w, TIMEOUT, {"kind": "timeout", "message": f"rank did not "
-                                              f"finish within {timeout:g} s", "where": where})
-                    stop[0] = 1
             if progress is not None and now - last_report >= PROGRESS_EVERY_S:
                 last_report = now
-                progress(len(records), len(rank_list), now - t0)
-    except KeyboardInterrupt:
-        stop[0] = 1
-        for w in workers:
-            if w.pid:
-                try:
-                    os.kill(w.pid, signal.SIGKILL)
-                except OSError:
-                    pass
+                progress(len(pool.records), len(rank_list), now - t0)
+    except BaseException:
+        pool.close(kill=True)
         raise
-    finally:
-        for w in workers:
-            if w.pid:
-                try:
-                    os.waitpid(w.pid, 0)
-                except ChildProcessError:
-                    pass
-            w.conn.close()
-        for name in os.listdir(tmp):
-            os.unlink(os.path.join(tmp, name))
-        os.rmdir(tmp)
+    pool.close()
+    records = pool.records
     for r in rank_list:
         records.setdefault(r, RankRecord(r, NOT_RUN))
     elapsed = time.monotonic() - t0
@@ -448,9 +484,9 @@ def run_program(program: Program, world_size: int, *, ranks: Iterable[int] | Non
     meta = {"command": program.label, "world_size": world_size, "workers": n_jobs,
             "elapsed_s": round(elapsed, 3), "isolate": isolate, "accelerate": accelerate,
             "skip_non_members": skip_non_members, "timeout_s": timeout, "versions": _versions()}
-    if crashes:
-        meta["worker_errors"] = crashes
-    return Capture(world_size, rank_list, tuple(sequences), records, meta)
+    if pool.crashes:
+        meta["worker_errors"] = pool.crashes
+    return Capture(world_size, rank_list, tuple(pool.sequences), records, meta)
 
 
 def _versions() -> dict[str, str | None]:

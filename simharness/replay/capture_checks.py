@@ -26,7 +26,7 @@ By code:
 from __future__ import annotations
 
 from collections import defaultdict
-from typing import Iterable, Sequence
+from collections.abc import Iterable, Sequence
 
 import numpy as np
 
@@ -112,7 +112,7 @@ def check_sequences(cap: Capture) -> list[Finding]:
         keys = [c.key for c in calls]
         if keys == ref_keys:
             continue  # same groups; only call sites or options differ
-        i = next((k for k, (a, b) in enumerate(zip(ref_keys, keys)) if a != b), None)
+        i = next((k for k, (a, b) in enumerate(zip(ref_keys, keys, strict=False)) if a != b), None)
         share = (f" ({len(ranks)} ranks make rank {r}'s sequence: {_set_text(ranks)})"
                  if len(ranks) > 1 else "")
         if i is None:

@@ -23,8 +23,9 @@ from __future__ import annotations
 
 import ast
 import json
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Iterable, Mapping, NamedTuple
+from typing import Any, NamedTuple
 
 from ..errors import SimharnessError
 
@@ -85,7 +86,7 @@ class GroupCall(NamedTuple):
                 "stack": list(self.stack)}
 
     @classmethod
-    def from_dict(cls, d: Mapping[str, Any]) -> "GroupCall":
+    def from_dict(cls, d: Mapping[str, Any]) -> GroupCall:
         ranks = d.get("ranks")
         return cls(None if ranks is None else tuple(int(r) for r in ranks), d.get("desc"),
                    d.get("backend"), bool(d.get("use_local_synchronization", False)),
@@ -160,7 +161,9 @@ class Capture:
         """Sequence index -> the ranks (status ok) that made it, ascending."""
         out: dict[int, list[int]] = {}
         for r in self.ok_ranks:
-            out.setdefault(self.records[r].sequence, []).append(r)
+            sid = self.records[r].sequence
+            if sid is not None:
+                out.setdefault(sid, []).append(r)
         return out
 
     def groups(self) -> list[GroupCall]:
@@ -190,7 +193,7 @@ class Capture:
         return json.dumps(self.to_dict(), default=str, **kw)
 
     @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> "Capture":
+    def from_dict(cls, data: Mapping[str, Any]) -> Capture:
         if not isinstance(data, Mapping) or data.get("schema") != CAPTURE_SCHEMA:
             got = data.get("schema") if isinstance(data, Mapping) else type(data).__name__
             raise CaptureError(f"not a capture file: schema {got!r}, expected "
@@ -250,7 +253,7 @@ class GetterSpec:
     kwargs: tuple[tuple[str, Any], ...] = ()
 
     @classmethod
-    def parse(cls, text: str) -> "GetterSpec":
+    def parse(cls, text: str) -> GetterSpec:
         hint = ("write MODULE:NAME or MODULE:NAME(literal arguments), e.g. "
                 "megatron.core.parallel_state:get_data_parallel_group(with_context_parallel=True)")
         module, sep, rest = str(text).partition(":")
@@ -261,7 +264,8 @@ class GetterSpec:
         except SyntaxError:
             raise CaptureError(f"--getter {text!r}: {rest!r} does not parse; {hint}.") from None
         call = isinstance(node, ast.Call)
-        target = node.func if call else node
+        target, arg_nodes, kw_nodes = ((node.func, node.args, node.keywords)
+                                       if isinstance(node, ast.Call) else (node, [], []))
         path = []
         while isinstance(target, ast.Attribute):
             path.append(target.attr)
@@ -270,12 +274,12 @@ class GetterSpec:
             raise CaptureError(f"--getter {text!r}: {rest!r} is not a name; {hint}.")
         path.append(target.id)
         try:
-            args = tuple(ast.literal_eval(a) for a in node.args) if call else ()
-            kwargs = tuple((k.arg, ast.literal_eval(k.value)) for k in node.keywords) \
-                if call else ()
+            args = tuple(ast.literal_eval(a) for a in arg_nodes)
+            kwargs = tuple((k.arg, ast.literal_eval(k.value)) for k in kw_nodes)
         except ValueError:
             raise CaptureError(f"--getter {text!r}: arguments must be literals (numbers, "
                                f"strings, True/False/None, lists); {hint}.") from None
         if any(k is None for k, _ in kwargs):
             raise CaptureError(f"--getter {text!r}: **kwargs are not supported; {hint}.")
-        return cls(str(text), module.strip(), tuple(reversed(path)), call, args, kwargs)
+        return cls(str(text), module.strip(), tuple(reversed(path)), call, args,
+                   kwargs)  # type: ignore[arg-type]  # None names were refused above

@@ -35,8 +35,9 @@ import re
 import sys
 import sysconfig
 import traceback
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Callable, Mapping
+from typing import Any
 
 import torch.distributed as dist
 from torch.distributed import distributed_c10d as c10d
@@ -48,7 +49,7 @@ STACK_DEPTH = 3
 
 _ORIG_NEW_GROUP = c10d.new_group
 _ORIG_INIT = c10d.init_process_group
-_ACTIVE: "Recorder | None" = None
+_ACTIVE: Recorder | None = None
 
 _TORCH_DIR = os.path.dirname(os.path.dirname(os.path.abspath(dist.__file__)))
 _STDLIB_DIR = os.path.abspath(sysconfig.get_paths()["stdlib"])
@@ -101,7 +102,7 @@ def call_stack(frame, depth: int = STACK_DEPTH) -> tuple:
     """Up to ``depth`` frames from ``frame`` outwards as ``(file, function, line)``, torch,
     stdlib and capture frames skipped (:func:`stack_text` makes them text). Names, not
     code objects: a script run again per rank compiles to new code objects."""
-    out = []
+    out: list[tuple[str, str, int]] = []
     foreign = _FOREIGN
     while frame is not None and len(out) < depth:
         code = frame.f_code
@@ -133,7 +134,7 @@ def finish_calls(calls) -> tuple[GroupCall, ...]:
     return tuple(GroupCall(r, d, b, loc, o, n, stack_text(st)) for r, d, b, loc, o, n, st in calls)
 
 
-def where_text(frames: list[tuple[str, int, str]]) -> list[str]:
+def where_text(frames: list[tuple[str, Any, str]]) -> list[str]:
     """Frames (innermost first) for messages: the innermost frame when it is torch's or
     the standard library's, then up to four frames of the user's code, stopping at the
     capture's own frames."""
@@ -162,7 +163,7 @@ class Recorder:
     rank: int
     world_size: int
     skip_non_members: bool = True
-    calls: list[GroupCall] = field(default_factory=list)
+    calls: list[tuple] = field(default_factory=list)  # GroupCall fields, stack as frames
     pg_index: dict[int, int] = field(default_factory=dict)   # id(group) -> call index
     init: dict[str, Any] = field(default_factory=dict)
     auto_init: bool = False
@@ -314,7 +315,7 @@ def _memo_rank_groups(fn: Callable) -> Callable:
             hit = cache[key] = tuple(tuple(g) for g in fn(*args, **kwargs))
         return [list(g) for g in hit]
 
-    memo.__simharness_memo__ = fn
+    memo.__simharness_memo__ = fn  # type: ignore[attr-defined]
     return memo
 
 
@@ -331,7 +332,7 @@ def _memo_value(fn: Callable) -> Callable:
         except TypeError:  # an unhashable argument: no memo
             return fn(*args, **kwargs)
 
-    memo.__simharness_memo__ = fn
+    memo.__simharness_memo__ = fn  # type: ignore[attr-defined]
     return memo
 
 
