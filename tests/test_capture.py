@@ -16,17 +16,20 @@ import subprocess
 import sys
 from pathlib import Path
 
+import megatron_harness as H
 import pytest
 import torch.distributed as dist
 from click.testing import CliRunner
 
-import megatron_harness as H
 import simharness
 from simharness import ParallelismConfig, build_layout
 from simharness.replay.capture import Program, capture, failure_message, run_program
 from simharness.replay.capture_checks import check_capture
 from simharness.replay.capture_record import (
-    Capture, CaptureError, GetterSpec, parse_rank_spec,
+    Capture,
+    CaptureError,
+    GetterSpec,
+    parse_rank_spec,
 )
 
 ROOT = Path(__file__).resolve().parent.parent
