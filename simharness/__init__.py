@@ -17,7 +17,7 @@ __version__ = "0.1.0"
 __all__ = [
     "Collectives", "DEFAULT_MCORE", "Finding", "GroupCreation", "GroupNotInitialized", "Layout",
     "LayoutError", "MCORE_PROFILES", "ParallelismConfig", "RankView", "SimharnessError",
-    "__version__", "build_layout", "check", "verify_live",
+    "__version__", "build_layout", "capture", "check", "verify_live",
 ]
 
 
@@ -26,4 +26,8 @@ def __getattr__(name):
         from .replay import verify_live
 
         return verify_live
+    if name == "capture":  # lazy: the capture imports torch.distributed when it runs
+        from .replay.capture import capture
+
+        return capture
     raise AttributeError(f"module 'simharness' has no attribute {name!r}")

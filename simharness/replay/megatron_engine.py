@@ -217,7 +217,7 @@ def compare_log(layout: Layout, log: list[LoggedGroup], rank: int) -> tuple[list
             aligned = False
             if len(out) < 32:
                 out.append({"check": "creation_order", "rank": rank, "kind": gc.kind, "group": g,
-                            "desc": gc.desc, "expected": [gc.desc, list(gc.ranks), gc.backend],
+                            "index": i, "desc": gc.desc, "expected": [gc.desc, list(gc.ranks), gc.backend],
                             "actual": [e.desc, e.ranks, meg_backend],
                             "message": f"new_group call {i}: the plan creates {gc.kind} group "
                                        f"{g} {gc.desc} {list(gc.ranks)} ({gc.backend}); Megatron "

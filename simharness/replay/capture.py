@@ -1,0 +1,571 @@
+"""``simharness capture``: run the user's own initialisation code for every rank, without GPUs.
+
+:func:`capture` runs a function, :func:`capture_command` a script
+(``python my_init.py ARGS`` or ``python -m module ARGS``), once per rank under
+torch's ``fake`` backend, and returns a :class:`~simharness.replay.capture_record.Capture`:
+every ``new_group`` call of every rank with its call site, and the getters asked for.
+:func:`simharness.replay.capture_checks.check_capture` turns it into findings.
+
+How it runs (fast enough for a 1024-rank Megatron world on two cores):
+
+* the parent imports torch and the script's imports once (its ``import``
+  statements, found with ``ast``), then forks ``jobs`` workers (default: one per
+  CPU core); worker ``i`` runs ranks ``i, i + jobs, ...`` in turn, each rank
+  starting from the state before the first (see :mod:`.capture_runtime`), or in
+  its own forked process with ``isolate=True``;
+* a rank outside a group never creates it (torch gives non-members nothing);
+* workers stream each rank's result to the parent, so a crash, a hang or a kill
+  leaves the ranks done so far in the capture; after the first failing rank no
+  new rank starts (like torchrun, one failure ends the job);
+* a rank that runs longer than ``timeout`` seconds gets its Python stack dumped
+  (``faulthandler``, SIGUSR1) and is killed; the record names the frames.
+
+Progress: ``progress(done, total, elapsed_s)`` is called about every two seconds.
+"""
+
+from __future__ import annotations
+
+import ast
+import contextlib
+import importlib
+import mmap
+import os
+import re
+import shutil
+import signal
+import sys
+import tempfile
+import time
+import warnings
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from .capture_record import (
+    FAILED,
+    NOT_RUN,
+    OK,
+    TIMEOUT,
+    Capture,
+    CaptureError,
+    GetterSpec,
+    GroupCall,
+    RankRecord,
+    parse_rank_spec,
+)
+
+DEFAULT_TIMEOUT_S = 120.0
+PROGRESS_EVERY_S = 2.0
+_PYTHON = re.compile(r"^python[0-9.]*$")
+
+
+# ------------------------------------------------------------------ inputs
+@dataclass(frozen=True)
+class Program:
+    """The code to run: ``target()`` runs it once; ``argv`` is its ``sys.argv``."""
+
+    target: Callable[[], Any]
+    argv: tuple[str, ...] | None
+    label: str
+    path: str | None = None
+
+
+def _imports_of(source: str, filename: str) -> list[str]:
+    try:
+        tree = ast.parse(source, filename)
+    except SyntaxError as exc:
+        raise CaptureError(f"{filename}:{exc.lineno}: the script does not parse "
+                           f"({exc.msg}); fix it and capture again.") from None
+    names: list[str] = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            names.extend(a.name for a in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
+            names.append(node.module)
+            names.extend(f"{node.module}.{a.name}" for a in node.names if a.name != "*")
+    return names
+
+
+def preimport(names: Iterable[str]) -> list[str]:
+    """Import ``names`` now (in the parent, once for every worker); failures are left
+    for the ranks to report. Returns the names imported."""
+    done = []
+    for name in dict.fromkeys(names):
+        try:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                importlib.import_module(name)
+            done.append(name)
+        except BaseException:  # noqa: BLE001 - e.g. `from pkg import function` (not a module)
+            continue
+    return done
+
+
+def program_from_command(command: Sequence[str]) -> Program:
+    """``python SCRIPT.py ARGS`` / ``python -m MODULE ARGS`` (``python`` optional)."""
+    import runpy
+
+    import torch.distributed  # noqa: F401 - before the script's folder joins sys.path
+
+    args = list(command)
+    if args and (_PYTHON.match(os.path.basename(args[0])) or args[0] == sys.executable):
+        args = args[1:]
+    if not args:
+        raise CaptureError("no command to capture: add `-- python my_init.py ARGS` (or "
+                           "`-- python -m module ARGS`) after the capture's own flags.")
+    if args[0] == "-m":
+        if len(args) < 2:
+            raise CaptureError("`python -m` needs a module name: `-- python -m pkg.init ARGS`.")
+        module, rest = args[1], args[2:]
+        if "" not in sys.path and os.getcwd() not in sys.path:
+            sys.path.insert(0, os.getcwd())
+        try:
+            spec = importlib.util.find_spec(module)
+        except (ImportError, ValueError):
+            spec = None
+        if spec is None or spec.origin is None:
+            raise CaptureError(f"-m {module}: no such module on the Python path; check the "
+                               f"name or run from the directory that holds it.")
+        with open(spec.origin, encoding="utf-8") as fh:
+            preimport(_imports_of(fh.read(), spec.origin))
+        return Program(lambda: runpy.run_module(module, run_name="__main__", alter_sys=True),
+                       (spec.origin, *rest), f"python -m {module}", spec.origin)
+    script = args[0]
+    if not script.endswith(".py") and not os.path.isfile(script):
+        raise CaptureError(f"capture runs a Python script in every rank itself: give "
+                           f"`-- python SCRIPT.py ARGS` or `-- python -m MODULE ARGS`, not "
+                           f"`{' '.join(args[:3])}` (drop torchrun/srun: capture plays every "
+                           f"rank).")
+    try:
+        with open(script, encoding="utf-8") as fh:
+            source = fh.read()
+    except OSError as exc:
+        raise CaptureError(f"{script}: cannot read the script ({exc.strerror or exc}); "
+                           f"check the path.") from None
+    path = os.path.abspath(script)
+    folder = os.path.dirname(path)
+    if folder not in sys.path:
+        sys.path.insert(0, folder)
+    preimport(_imports_of(source, script))
+    return Program(lambda: runpy.run_path(path, run_name="__main__"), (script, *args[1:]),
+                   f"python {' '.join([script, *args[1:]])}", path)
+
+
+# ----------------------------------------------------------------- workers
+@dataclass
+class _Worker:
+    pid: int
+    conn: Any
+    dump: str
+    ranks: tuple[int, ...]
+    current: int | None = None
+    running_pid: int | None = None
+    started: float = 0.0
+    seq_map: dict[int, int] = field(default_factory=dict)   # worker's id -> capture's
+
+
+def _pack(result: dict[str, Any], seen: list[tuple]) -> dict[str, Any]:
+    """A rank's result for the parent: its call sequence by number (the worker's), sent in
+    full (as :class:`GroupCall` objects) only the first time this worker sees it.
+
+    Sequences are compared, not hashed: the recorder interns the rank lists and stacks,
+    so comparing a rank's calls with the previous rank's mostly compares identities.
+    """
+    from .capture_runtime import finish_calls
+
+    calls = tuple(result.pop("calls"))
+    sid = next((i for i in range(len(seen) - 1, -1, -1) if seen[i] == calls), None)
+    if sid is None:
+        sid = len(seen)
+        seen.append(calls)
+        result["new_sequence"] = calls if calls and isinstance(calls[0], GroupCall) \
+            else finish_calls(calls)
+    result["sequence"] = sid
+    return result
+
+
+def _run_isolated(job, rank: int) -> dict[str, Any]:
+    """``run_rank`` in a forked child; returns its result (or a ``died`` failure)."""
+    from multiprocessing import Pipe
+
+    from .capture_runtime import run_rank
+
+    recv, send = Pipe(duplex=False)
+    pid = os.fork()
+    if pid == 0:  # pragma: no cover - runs in the child
+        from .capture_runtime import finish_calls
+
+        recv.close()
+        try:
+            child = run_rank(job, rank, None)
+            child["calls"] = finish_calls(child["calls"])
+            send.send(child)
+        finally:
+            os._exit(0)
+    send.close()
+    result: dict[str, Any] | None
+    try:
+        result = recv.recv()
+    except EOFError:
+        result = None
+    _, status = os.waitpid(pid, 0)
+    if result is None:
+        return {"status": FAILED, "calls": [], "getters": {}, "init": {},
+                "error": {"kind": "died", "message": f"the process running rank {rank} "
+                          f"died ({_exit_text(status)})", "where": []}}
+    return result
+
+
+def _worker_main(job, ranks, conn, stop, dump_path, isolate, accelerate) -> None:
+    """A worker's life: patch torch, then run its ranks and stream their results."""
+    code = 0
+    try:
+        import faulthandler
+
+        dump = open(dump_path, "w")  # noqa: SIM115 - lives as long as the process
+        faulthandler.register(signal.SIGUSR1, file=dump, all_threads=True)
+        from .capture_runtime import ModuleState, accelerate_megatron, install_patches, run_rank
+
+        install_patches()
+        if accelerate:
+            accelerate_megatron()
+        state = None if isolate else ModuleState()
+        import gc
+
+        gc.freeze()  # the imported world stays put: collections only scan what ranks allocate
+        seen: list[tuple] = []
+        for r in ranks:
+            if stop[0]:
+                break
+            if isolate:
+                conn.send(("start", r, None))
+                result = _run_isolated(job, r)
+            else:
+                conn.send(("start", r, os.getpid()))
+                result = run_rank(job, r, state)
+            conn.send(("done", r, _pack(result, seen)))
+            if result["status"] != OK:
+                stop[0] = 1
+                break
+    except BaseException:  # noqa: BLE001 - reported to the parent
+        import traceback
+
+        code = 1
+        with contextlib.suppress(Exception):
+            conn.send(("crash", None, traceback.format_exc()[-2000:]))
+    finally:
+        os._exit(code)
+
+
+def _exit_text(status: int) -> str:
+    if os.WIFSIGNALED(status):
+        sig = os.WTERMSIG(status)
+        try:
+            return f"killed by {signal.Signals(sig).name}"
+        except ValueError:  # pragma: no cover
+            return f"killed by signal {sig}"
+    return f"exit status {os.WEXITSTATUS(status)}"
+
+
+_FH_FRAME = re.compile(r'^\s*File "(.*)", line (\d+) in (.*)$')
+
+
+def parse_stack_dump(text: str) -> list[str]:
+    """The main thread's frames from a ``faulthandler`` dump, for messages: the innermost
+    frame, then the frames outside torch/stdlib/capture (innermost first, at most 4).
+
+    >>> parse_stack_dump('Current thread 0x1 (most recent call first):\\n'
+    ...     '  File "/x/hang.py", line 5 in wait_for_peer\\n  File "/x/hang.py", line 9 in main\\n')
+    ['/x/hang.py:5 wait_for_peer', '/x/hang.py:9 main']
+    """
+    from .capture_runtime import where_text
+
+    sections = re.split(r"\n(?=(?:Current thread|Thread) 0x)", text.strip())
+    main = next((s for s in sections if s.startswith("Current thread")),
+                sections[0] if sections else "")
+    frames = []
+    for line in main.splitlines():
+        m = _FH_FRAME.match(line)
+        if m:
+            frames.append((m.group(1), int(m.group(2)), m.group(3)))
+    return where_text(frames)
+
+
+def _dump_stack(w: _Worker, wait_s: float = 2.0) -> list[str]:
+    pid = w.running_pid or _child_of(w)
+    if pid is None:
+        return []
+    try:
+        size0 = os.path.getsize(w.dump)
+        os.kill(pid, signal.SIGUSR1)
+    except (OSError, TypeError):
+        return []
+    deadline = time.monotonic() + wait_s
+    text = ""
+    while time.monotonic() < deadline:
+        time.sleep(0.05)
+        try:
+            with open(w.dump, encoding="utf-8", errors="replace") as fh:
+                fh.seek(size0)
+                text = fh.read()
+        except OSError:
+            break
+        if text.rstrip().endswith(("in <module>", "<module>")) or text.count("\n") > 40:
+            break
+    return parse_stack_dump(text)
+
+
+def _child_of(w: _Worker) -> int | None:
+    """The process running an isolated rank: the worker's only child."""
+    try:
+        with open(f"/proc/{w.pid}/task/{w.pid}/children", encoding="ascii") as fh:
+            kids = fh.read().split()
+        return int(kids[0]) if kids else w.pid
+    except OSError:
+        return w.pid
+
+
+def _kill(pid: int | None) -> None:
+    if pid:
+        with contextlib.suppress(OSError):
+            os.kill(pid, signal.SIGKILL)
+
+
+class _Pool:
+    """The forked workers of one capture and what they have reported so far."""
+
+    def __init__(self, job, rank_list: tuple[int, ...], n_jobs: int, *, isolate: bool,
+                 accelerate: bool, timeout: float):
+        self.timeout = timeout
+        self.stop = mmap.mmap(-1, 1)   # shared with the workers: 1 = start no new rank
+        self.tmp = tempfile.mkdtemp(prefix="simharness-capture-")
+        self.sequences: list[tuple[GroupCall, ...]] = []
+        self.seq_ids: dict[tuple, int] = {}
+        self.records: dict[int, RankRecord] = {}
+        self.crashes: list[str] = []
+        self.workers: list[_Worker] = []
+        from multiprocessing import Pipe
+
+        sys.stdout.flush()
+        sys.stderr.flush()
+        for i in range(n_jobs):
+            mine = rank_list[i::n_jobs]
+            recv, send = Pipe(duplex=False)
+            dump = os.path.join(self.tmp, f"worker{i}.stack")
+            open(dump, "w").close()
+            pid = os.fork()
+            if pid == 0:  # pragma: no cover - the worker never returns
+                recv.close()
+                _worker_main(job, mine, send, self.stop, dump, isolate, accelerate)
+            send.close()
+            self.workers.append(_Worker(pid, recv, dump, mine))
+        self.live = {w.conn: w for w in self.workers}
+
+    # ------------------------------------------------------------ messages
+    def _intern(self, w: _Worker, payload: dict) -> int:
+        new = payload.get("new_sequence")
+        if new is not None:
+            gid = self.seq_ids.get(new)
+            if gid is None:
+                gid = self.seq_ids[new] = len(self.sequences)
+                self.sequences.append(new)
+            w.seq_map[payload["sequence"]] = gid
+        return w.seq_map[payload["sequence"]]
+
+    def _fail_running(self, w: _Worker, status: str, error: dict) -> None:
+        if w.current is not None and w.current not in self.records:
+            self.records[w.current] = RankRecord(w.current, status, None, {}, {}, error)
+        w.current = None
+        self.stop[0] = 1
+
+    def _on_message(self, w: _Worker, kind: str, rank, payload) -> None:
+        if kind == "start":
+            w.current, w.running_pid, w.started = rank, payload, time.monotonic()
+        elif kind == "done":
+            self.records[rank] = RankRecord(rank, payload["status"], self._intern(w, payload),
+                                            payload.get("getters") or {},
+                                            payload.get("init") or {}, payload.get("error"))
+            w.current = None
+            if payload["status"] != OK:
+                self.stop[0] = 1
+        elif kind == "crash":
+            self.crashes.append(payload)
+            self.stop[0] = 1
+
+    def _on_exit(self, w: _Worker) -> None:
+        _, status = os.waitpid(w.pid, 0)
+        w.pid = 0
+        if w.current is not None:
+            self._fail_running(w, FAILED, {"kind": "died", "message": f"the process running "
+                                           f"rank {w.current} died ({_exit_text(status)})",
+                                           "where": []})
+
+    def receive(self, wait_s: float = 0.2) -> None:
+        from multiprocessing.connection import wait
+
+        for conn in wait(list(self.live), timeout=wait_s):
+            w = self.live[conn]
+            try:
+                kind, rank, payload = w.conn.recv()
+            except (EOFError, OSError):
+                self._on_exit(w)
+                del self.live[conn]
+                continue
+            self._on_message(w, kind, rank, payload)
+
+    def check_timeouts(self) -> None:
+        now = time.monotonic()
+        for w in list(self.live.values()):
+            if w.current is None or now - w.started <= self.timeout:
+                continue
+            where = _dump_stack(w)
+            for pid in {w.running_pid, _child_of(w), w.pid}:
+                _kill(pid)
+            self._fail_running(w, TIMEOUT, {"kind": "timeout", "message": f"rank did not "
+                                            f"finish within {self.timeout:g} s",
+                                            "where": where})
+
+    def close(self, *, kill: bool = False) -> None:
+        self.stop[0] = 1
+        for w in self.workers:
+            if kill:
+                _kill(w.pid)
+            if w.pid:
+                with contextlib.suppress(ChildProcessError):
+                    os.waitpid(w.pid, 0)
+            w.conn.close()
+        shutil.rmtree(self.tmp, ignore_errors=True)
+
+
+def run_program(program: Program, world_size: int, *, ranks: Iterable[int] | None = None,
+                timeout: float = DEFAULT_TIMEOUT_S, getters: Sequence[str | GetterSpec] = (),
+                jobs: int | None = None, isolate: bool = False, accelerate: bool = True,
+                skip_non_members: bool = True, auto_init: bool = False,
+                gpus_per_node: int = 8,
+                progress: Callable[[int, int, float], None] | None = None) -> Capture:
+    """Run ``program`` once per rank (see the module doc); returns the (maybe partial) capture."""
+    import torch.distributed  # noqa: F401 - imported once here, shared by every worker
+
+    from .capture_runtime import Job
+
+    if world_size < 1:
+        raise CaptureError(f"world size {world_size}: capture needs at least one rank.")
+    rank_list = tuple(sorted(set(int(r) for r in ranks))) if ranks is not None \
+        else tuple(range(world_size))
+    bad = [r for r in rank_list if not 0 <= r < world_size]
+    if bad:
+        raise CaptureError(f"ranks {bad[:5]} are outside the world 0..{world_size - 1}.")
+    specs = tuple(g if isinstance(g, GetterSpec) else GetterSpec.parse(g) for g in getters)
+    job = Job(world_size, program.target, auto_init, specs, skip_non_members, program.argv,
+              gpus_per_node)
+    n_jobs = max(1, min(jobs or os.cpu_count() or 1, len(rank_list)))
+    t0 = last_report = time.monotonic()
+    pool = _Pool(job, rank_list, n_jobs, isolate=isolate, accelerate=accelerate,
+                 timeout=timeout)
+    try:
+        while pool.live:
+            pool.receive()
+            pool.check_timeouts()
+            now = time.monotonic()
+            if progress is not None and now - last_report >= PROGRESS_EVERY_S:
+                last_report = now
+                progress(len(pool.records), len(rank_list), now - t0)
+    except BaseException:
+        pool.close(kill=True)
+        raise
+    pool.close()
+    records = pool.records
+    for r in rank_list:
+        records.setdefault(r, RankRecord(r, NOT_RUN))
+    elapsed = time.monotonic() - t0
+    if progress is not None and elapsed >= PROGRESS_EVERY_S:
+        progress(sum(1 for r in records.values() if r.status != NOT_RUN), len(rank_list),
+                 elapsed)
+    meta = {"command": program.label, "world_size": world_size, "workers": n_jobs,
+            "elapsed_s": round(elapsed, 3), "isolate": isolate, "accelerate": accelerate,
+            "skip_non_members": skip_non_members, "timeout_s": timeout, "versions": _versions()}
+    if pool.crashes:
+        meta["worker_errors"] = pool.crashes
+    return Capture(world_size, rank_list, tuple(pool.sequences), records, meta)
+
+
+def _versions() -> dict[str, str | None]:
+    import torch
+
+    from .megatron_engine import installed_version
+
+    return {"torch": torch.__version__, "megatron-core": installed_version()}
+
+
+def capture_command(command: Sequence[str], world_size: int, **kwargs) -> Capture:
+    """Capture a script: ``capture_command(["python", "init.py", "--tp", "2"], 16)``.
+
+    The script must call ``torch.distributed.init_process_group`` itself (any
+    backend; it gets the ``fake`` one). Keyword arguments: see :func:`run_program`.
+    """
+    return run_program(program_from_command(command), world_size, auto_init=False, **kwargs)
+
+
+def capture(fn: Callable[[], Any], world_size: int, *, ranks: Iterable[int] | str | None = None,
+            timeout: float = DEFAULT_TIMEOUT_S, getters: Sequence[str] = (),
+            jobs: int | None = None, isolate: bool = False, accelerate: bool = True,
+            init_process_group: bool = True,
+            progress: Callable[[int, int, float], None] | None = None) -> Capture:
+    """Run ``fn()`` once per rank of a ``world_size`` world under torch's fake backend and
+    record every ``new_group`` call (see :mod:`simharness.replay.capture`).
+
+    ``init_process_group=True`` starts the fake world before ``fn`` (a call of
+    ``init_process_group`` inside ``fn`` is then recorded and ignored). ``ranks``:
+    an iterable or a spec such as ``"0-7,12"`` (default all). The capture is
+    returned even when ranks failed (``capture.failed``); check it with
+    :func:`simharness.replay.capture_checks.check_capture`.
+
+    >>> import torch.distributed as dist
+    >>> cap = capture(lambda: dist.new_group([0, 1], group_desc="PAIR"), 2, jobs=1)
+    >>> [c.label() for c in cap.calls(1)]
+    ['PAIR [0, 1]']
+    """
+    if isinstance(ranks, str):
+        ranks = parse_rank_spec(ranks, world_size)
+    program = Program(fn, None, getattr(fn, "__qualname__", repr(fn)))
+    return run_program(program, world_size, ranks=ranks, timeout=timeout, getters=getters,
+                       jobs=jobs, isolate=isolate, accelerate=accelerate,
+                       auto_init=init_process_group, progress=progress)
+
+
+def failure_message(cap: Capture, out_path: str | None = None) -> str | None:
+    """One line for the first failed rank (lowest), or None when every rank ran."""
+    failed = cap.failed
+    saved = f"; the partial capture is in {out_path}" if out_path else ""
+    if not failed:
+        crash = cap.meta.get("worker_errors")
+        if crash:
+            last = str(crash[0]).strip().splitlines()[-1]
+            return f"a capture worker failed: {last}{saved}"
+        return None
+    rec = failed[0]
+    err = dict(rec.error or {})
+    where = list(err.get("where") or [])
+    at = f" at {where[0]}" if where else ""
+    via = f" (called from {', '.join(where[1:3])})" if len(where) > 1 else ""
+    others = f"; {len(failed) - 1} more rank(s) failed" if len(failed) > 1 else ""
+    kind = err.get("kind")
+    done = sum(1 for r in cap.records.values() if r.status == OK)
+    ok = f"; {done} of {len(cap.ranks)} ranks completed"
+    n_before = err.get("calls_before")
+    calls = f" after {n_before} new_group call(s)" if n_before else ""
+    if kind == "timeout":
+        msg = (f"rank {rec.rank} did not finish within {cap.meta.get('timeout_s', '?')} s: it "
+               f"was in {where[0] if where else 'an unknown place'}{via}; raise --timeout if it "
+               f"is only slow")
+    elif kind == "no-init":
+        msg = (f"rank {rec.rank}: {err.get('message')}{at}{calls}; call "
+               f"torch.distributed.init_process_group first (any backend: capture replaces it "
+               f"with the fake one)")
+    elif kind == "gpu-only":
+        msg = (f"rank {rec.rank} calls a GPU/NCCL-only API{at}{via}{calls}: {err.get('message')}"
+               f"; capture runs on CPU under the fake backend: guard the call with "
+               f"torch.cuda.is_available()")
+    else:
+        msg = f"rank {rec.rank} failed{at}{via}{calls}: {err.get('message')}"
+    return msg + others + ok + saved
