@@ -8,13 +8,12 @@ torch and one collective, the getters are compared with the plan, and
 
 from __future__ import annotations
 
+import megatron_harness as H
 import pytest
+from test_replay_gloo import DEADLINE, TIMEOUT, assert_matched, assert_no_leftovers
 
 from simharness import Layout, ParallelismConfig, build_layout
 from simharness.replay import ReplayOptions, replay, summary_lines
-
-import megatron_harness as H
-from test_replay_gloo import DEADLINE, TIMEOUT, assert_matched, assert_no_leftovers
 
 H.require_installed_megatron(module=True)
 
