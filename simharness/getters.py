@@ -26,9 +26,10 @@ True
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
-from functools import lru_cache
-from typing import Any, Mapping
+from functools import cache
+from typing import Any
 
 from .profiles import get_profile
 
@@ -54,7 +55,9 @@ class Getter:
         return ("check_initialized", False) not in self.kwargs
 
 
-def _g(function: str, alias: str | None = None, **kwargs: Any) -> Getter:
+def _g(function: str, alias: str | None = None, /, **kwargs: Any) -> Getter:
+    """The getter ``function(**kwargs)``; ``function`` and ``alias`` are positional only, so
+    every keyword (even from a ``**dict``) is a keyword of the Megatron call."""
     return Getter(function, tuple(kwargs.items()), alias=alias)
 
 
@@ -63,7 +66,7 @@ _DP_GLOO, _EDP_GLOO = "get_data_parallel_group_gloo", "get_expert_data_parallel_
 _NO_CHECK = {"check_initialized": False}
 
 
-@lru_cache(maxsize=None)
+@cache
 def megatron_getters(mcore: str) -> Mapping[str, Getter]:
     """Kind -> :class:`Getter` for the fixed kinds of profile ``mcore`` (see :func:`getter`
     for the numbered ``hcp_l*`` / ``hybrid_dp_cp_*`` kinds)."""
@@ -126,7 +129,7 @@ def getter(kind: str, mcore: str) -> Getter | None:
     return None
 
 
-@lru_cache(maxsize=None)
+@cache
 def ordered_rank_globals(mcore: str) -> Mapping[str, str]:
     """Kind -> the ``parallel_state`` global holding Megatron's own (unsorted) rank list."""
     out = {

@@ -38,9 +38,10 @@ import os
 import sys
 import types
 import warnings
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Iterable, Optional
+from typing import Any
 
 import torch
 import torch.distributed as dist
@@ -256,7 +257,7 @@ def fake_world(rank: int, world_size: int):
 
 
 # ----------------------------------------------------------------- getters
-def group_ranks(group) -> Optional[list[int]]:
+def group_ranks(group) -> list[int] | None:
     """Sorted global ranks of a group object as torch reports them; None when absent."""
     if group is None or group == dist.GroupMember.NON_GROUP_MEMBER:
         return None
@@ -335,7 +336,7 @@ def read_getters(ps, mcore: str) -> dict[str, Any]:
 class RankRun:
     rank: int
     n_calls: int
-    calls: Optional[list[Call]]  # None when the log was not kept for this rank
+    calls: list[Call] | None  # None when the log was not kept for this rank
     getters: dict[str, Any]
     extra: Any = None
 
@@ -384,7 +385,7 @@ def run_world(ps, world_size: int, init_kwargs: dict, *, ranks: Iterable[int] | 
 
 
 def megatron_error(ps, world_size: int, init_kwargs: dict, *, rank: int = 0,
-                   after_init: Callable[[Any], Any] | None = None) -> Optional[str]:
+                   after_init: Callable[[Any], Any] | None = None) -> str | None:
     """The exception type name Megatron raises for this input on ``rank``, or None."""
     try:
         with warnings.catch_warnings():  # torch warns about backend names it does not know
@@ -418,8 +419,9 @@ def version_tag(version: str) -> str:
 def fetch_parallel_state(root: str | os.PathLike, version: str, *,
                          timeout: float = 180.0) -> Path:
     """Path of megatron-core ``version``'s ``parallel_state.py`` under
-    ``root/.cache/mcore{tag}`` (``$SIMHARNESS_MCORE_CACHE/mcore{tag}`` when set), downloading the wheel with pip when it is missing
-    (``tests/fetch_mcore019.sh VERSION`` does the same by hand).
+    ``root/.cache/mcore{tag}`` (``$SIMHARNESS_MCORE_CACHE/mcore{tag}`` when set), downloading
+    the wheel with pip when it is missing (``tests/fetch_mcore019.sh VERSION`` does the same
+    by hand).
 
     ``version`` must be a key of :data:`MCORE_WHEELS` (its sha256 is pinned).
     Raises ``RuntimeError`` with the reason when it cannot be had (no network, no pip,
@@ -566,7 +568,8 @@ def assert_runs_match(runs: dict, expected: list, layout, ag: bool) -> None:
     for r, run in runs.items():
         assert run.n_calls == len(expected), f"rank {r}"
         if run.calls is not None and run.calls != expected:
-            first = next((i for i, (a, b) in enumerate(zip(run.calls, expected)) if a != b),
+            first = next((i for i, (a, b) in enumerate(zip(run.calls, expected, strict=False))
+                          if a != b),
                          min(len(run.calls), len(expected)))
             pytest.fail(f"rank {r}: new_group call {first} differs: megatron "
                         f"{run.calls[first:first + 1]} vs simharness {expected[first:first + 1]}")

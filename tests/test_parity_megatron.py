@@ -16,12 +16,12 @@ from __future__ import annotations
 
 import random
 
+import megatron_harness as H  # tests/ is on sys.path under pytest
 import pytest
+from parity_cases import CASES, INVALID, TP_PP_DP
 
 from simharness import GroupNotInitialized, LayoutError, ParallelismConfig, build_layout
 
-import megatron_harness as H  # noqa: E402  (tests/ is on sys.path under pytest)
-from parity_cases import CASES, INVALID, TP_PP_DP
 H.require_installed_megatron(module=True)
 
 pytestmark = pytest.mark.parity
@@ -62,11 +62,11 @@ def test_creation_order_and_getters(ps, world, kwargs):
                        mcore=MCORE)
     for r, run in runs.items():
         assert run.n_calls == len(expected) == layout.rank(r).new_group_calls, f"rank {r}"
-        if run.calls is not None:
-            if run.calls != expected:
-                first = next(i for i, (a, b) in enumerate(zip(run.calls, expected)) if a != b)
-                pytest.fail(f"rank {r}: new_group call {first} differs: megatron "
-                            f"{run.calls[first]} vs simharness {expected[first]}")
+        if run.calls is not None and run.calls != expected:
+            first = next(i for i, (a, b) in enumerate(zip(run.calls, expected, strict=True))
+                         if a != b)
+            pytest.fail(f"rank {r}: new_group call {first} differs: megatron "
+                        f"{run.calls[first]} vs simharness {expected[first]}")
         _compare_getters(run.getters, H.simharness_view(layout, r), f"rank {r}")
 
 

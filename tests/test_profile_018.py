@@ -23,12 +23,18 @@ import inspect
 import random
 from pathlib import Path
 
-import pytest
-
 import megatron_harness as H
+import pytest
 from parity_cases import CASES, INVALID, TP_PP_DP, case, split_ag
-from simharness import (GroupNotInitialized, LayoutError, ParallelismConfig, SimharnessError,
-                        build_layout, check)
+
+from simharness import (
+    GroupNotInitialized,
+    LayoutError,
+    ParallelismConfig,
+    SimharnessError,
+    build_layout,
+    check,
+)
 from simharness.config import MCORE_PROFILES
 from simharness.profiles import PROFILES, get_profile, megatron_kwargs
 from simharness.replay.megatron_engine import profile_for_version

@@ -17,9 +17,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import megatron_harness as H
 import pytest
 
-import megatron_harness as H
 from simharness import GroupNotInitialized, LayoutError, ParallelismConfig, build_layout
 from simharness.grid import inject_gtp
 
@@ -255,7 +255,8 @@ def c19(torch_world, ag=False, **kw):
     names = {"tp": "tensor_model_parallel_size", "pp": "pipeline_model_parallel_size",
              "vpp": "virtual_pipeline_model_parallel_size", "cp": "context_parallel_size",
              "ep": "expert_model_parallel_size", "etp": "expert_tensor_parallel_size",
-             "n": "num_distributed_optimizer_instances", "hcp": "hierarchical_context_parallel_sizes",
+             "n": "num_distributed_optimizer_instances",
+             "hcp": "hierarchical_context_parallel_sizes",
              "gloo": "create_gloo_process_groups", "gtp": "gtp_remat_size",
              "egtp": "expert_gtp_remat_size", "offset": "rank_offset",
              "local": "local_world_size", "pp_backend": "pipeline_model_parallel_comm_backend",

@@ -295,7 +295,8 @@ def orthogonal_groups(order, sizes, token, offset=0):
     [[0, 2], [1, 3], [4, 6], [5, 7]]
     """
     axes = order.split("-")
-    stride = dict(zip(axes, np.cumprod([1] + [sizes[a] for a in axes[:-1]]).tolist()))
+    stride = dict(zip(axes, np.cumprod([1] + [sizes[a] for a in axes[:-1]]).tolist(),
+                      strict=True))
     inside = [a for a in axes if a in token.split("-")]
     outside = [a for a in axes if a not in inside]
 

@@ -8,11 +8,10 @@ import sys
 import time
 
 import pytest
+from test_replay_gloo import DEADLINE, alive, assert_no_leftovers
 
 from simharness import ParallelismConfig, build_layout
 from simharness.replay import ReplayOptions, replay, summary_lines
-
-from test_replay_gloo import DEADLINE, alive, assert_no_leftovers
 
 pytestmark = pytest.mark.replay
 

@@ -8,11 +8,10 @@ on its own communicator overlap the reduce-scatter?).
 from __future__ import annotations
 
 import pytest
+from test_replay_gloo import DEADLINE, assert_no_leftovers
 
 from simharness import ParallelismConfig, build_layout
 from simharness.replay import ReplayOptions, replay, summary_lines
-
-from test_replay_gloo import DEADLINE, assert_no_leftovers
 
 pytestmark = [pytest.mark.gpu, pytest.mark.replay]
 

@@ -8,13 +8,12 @@ torch and one collective, the getters are compared with the plan, and
 
 from __future__ import annotations
 
+import megatron_harness as H
 import pytest
+from test_replay_gloo import DEADLINE, TIMEOUT, assert_matched, assert_no_leftovers
 
 from simharness import Layout, ParallelismConfig, build_layout
 from simharness.replay import ReplayOptions, replay, summary_lines
-
-import megatron_harness as H
-from test_replay_gloo import DEADLINE, TIMEOUT, assert_matched, assert_no_leftovers
 
 H.require_installed_megatron(module=True)
 
@@ -93,3 +92,55 @@ def test_megatron_corrupted_plan_all_gather_off():
     assert rep["all_gather"]["ok"]
     assert rep["all_gather"]["checks"]["megatron_ag_getter_raises"] == {"ranks": 8, "ok": 8}
     assert "dp_cp group 0" in text
+
+
+def _verify_live_rank(rank: int, world: int, init_file: str, q) -> None:
+    """One rank of a plain gloo job (no simharness launcher): Megatron builds the groups,
+    then ``verify_live(collectives=True)`` runs one all-gather per group."""
+    from datetime import timedelta
+
+    import torch.distributed as dist
+    from megatron.core import parallel_state
+
+    import simharness
+
+    dist.init_process_group("gloo", init_method=f"file://{init_file}", rank=rank,
+                            world_size=world, timeout=timedelta(seconds=TIMEOUT))
+    parallel_state.initialize_model_parallel(tensor_model_parallel_size=2)
+    layout = simharness.build_layout(
+        simharness.ParallelismConfig(world_size=world, tensor_model_parallel_size=2), "0.16")
+    rep = simharness.verify_live(layout, collectives=True, print_report=False)
+    q.put((rank, rep))
+    dist.barrier()
+    dist.destroy_process_group()
+
+
+def test_verify_live_with_collectives_in_a_plain_job(tmp_path):
+    """``verify_live(collectives=True)`` (the path the replay does not take): every group
+    object Megatron keeps for a rank gets exactly one all-gather, and all of them agree."""
+    import multiprocessing as mp
+    import queue
+
+    world = 2
+    ctx = mp.get_context("spawn")
+    q = ctx.Queue()
+    procs = [ctx.Process(target=_verify_live_rank, args=(r, world, str(tmp_path / "init"), q))
+             for r in range(world)]
+    for p in procs:
+        p.start()
+    try:
+        reports = dict(q.get(timeout=DEADLINE) for _ in procs)
+    except queue.Empty:
+        pytest.fail("verify_live did not return on every rank")
+    finally:
+        for p in procs:
+            p.join(timeout=30)
+            if p.is_alive():
+                p.kill()
+    assert [p.exitcode for p in procs] == [0] * world
+    rep = reports[0]
+    assert rep == reports[1]  # every rank returns the same report
+    assert rep["ok"] and rep["status"] == "matched", rep["mismatches"]
+    megatron_groups = [c["megatron"] for c in rep["communicators_per_rank"]["by_rank"]]
+    assert all(n > 0 for n in megatron_groups)
+    assert rep["collectives"] == sum(megatron_groups)

@@ -14,7 +14,9 @@ from simharness import Layout, LayoutError, ParallelismConfig, build_layout
 from simharness.replay import Fault, ReplayError, ReplayOptions, preflight, torchrun_command
 from simharness.replay.options import max_local_gloo_ranks
 from simharness.replay.plan_checks import (
-    check_replayable, compare_with_config, partition_mismatches,
+    check_replayable,
+    compare_with_config,
+    partition_mismatches,
 )
 from simharness.replay.report import build_report, merge_mismatches, summary_lines
 

@@ -71,13 +71,17 @@ from __future__ import annotations
 
 import os
 import sys
-from typing import Any, Callable, NoReturn
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, NoReturn
 
 import click
 
 from ..config import ALIASES, DEFAULT_MCORE, MCORE_PROFILES, TP_PP_DP_ORDER, ParallelismConfig
 from ..errors import SimharnessError
 from ..profiles import profiles_help
+
+if TYPE_CHECKING:
+    from ..configfile import ConfigFile
 
 DEFAULT_GPUS_PER_NODE = 8
 
@@ -92,7 +96,7 @@ class InputError(SimharnessError):
     """Bad command-line input (conflicting flags, a bad value): ``error: <message>``, exit 2."""
 
 
-def fail(message: str) -> "NoReturn":  # noqa: F821
+def fail(message: str) -> NoReturn:
     """Raise :class:`InputError` with ``message`` (one line: the values and the fix)."""
     raise InputError(message)
 
@@ -165,7 +169,7 @@ class SimharnessGroup(click.Group):
                                    f"{', '.join(names)}.", ctx) from None
 
 
-def _error(message: str, code: int) -> "NoReturn":  # noqa: F821
+def _error(message: str, code: int) -> NoReturn:
     try:
         sys.stdout.flush()
     except (BrokenPipeError, ValueError, OSError):
@@ -318,7 +322,7 @@ def config_flags_given(**kwargs) -> list[str]:
             if kwargs.get(name) is not None and kwargs.get(name) != ()]
 
 
-def _read_file(path: str | None):
+def _read_file(path: str | None) -> ConfigFile | None:
     if not path:
         return None
     from ..configfile import read_config_file
@@ -337,9 +341,10 @@ def config_fields_from_options(**kwargs) -> tuple[dict[str, Any], str]:
     for key, value in kwargs.get("set_fields") or ():
         fields[ALIASES.get(key, key)] = value
     flags = {name: kwargs[name] for name in _FIELD_PARAMS if kwargs.get(name) is not None}
-    if "use_tp_pp_dp_mapping" in flags and "order" not in flags:
-        if flags["use_tp_pp_dp_mapping"] and fields.get("order") not in (None, TP_PP_DP_ORDER):
-            fields.pop("order", None)  # the flag overrides an order written in the file
+    if ("use_tp_pp_dp_mapping" in flags and "order" not in flags
+            and flags["use_tp_pp_dp_mapping"]
+            and fields.get("order") not in (None, TP_PP_DP_ORDER)):
+        fields.pop("order", None)  # the flag overrides an order written in the file
     if flags.get("use_tp_pp_dp_mapping") and flags.get("order") not in (None, TP_PP_DP_ORDER):
         fail(f"--order {flags['order']} conflicts with --use-tp-pp-dp-mapping (which means order "
              f"{TP_PP_DP_ORDER}); give one of them.")
@@ -347,8 +352,7 @@ def config_fields_from_options(**kwargs) -> tuple[dict[str, Any], str]:
     # The world.
     world, nodes = kwargs.get("world_size"), kwargs.get("nodes")
     if nodes is not None:
-        gpn = kwargs.get("gpus_per_node") or (cf.gpus_per_node if cf else None) \
-            or DEFAULT_GPUS_PER_NODE
+        gpn = _gpus_per_node(kwargs, cf)
         if world is not None and world != nodes * gpn:
             fail(f"--world-size {world} conflicts with --nodes {nodes} x --gpus-per-node {gpn} "
                  f"= {nodes * gpn}; give only one of them.")
@@ -384,11 +388,17 @@ def node_shape(cfg: ParallelismConfig, **kwargs) -> tuple[int, int]:
 
     ``nodes`` is ``ceil(world / gpus_per_node)`` when not given.
     """
-    cf = _read_file(kwargs.get("config_file"))
-    gpn = kwargs.get("gpus_per_node") or (cf.gpus_per_node if cf else None) \
-        or DEFAULT_GPUS_PER_NODE
-    nodes = kwargs.get("nodes") or -(-cfg.world_size // gpn)
+    gpn = _gpus_per_node(kwargs, _read_file(kwargs.get("config_file")))
+    world = cfg.world_size
+    assert world is not None  # ParallelismConfig fills it in on construction
+    nodes = kwargs.get("nodes") or -(-world // gpn)
     return nodes, gpn
+
+
+def _gpus_per_node(kwargs: dict[str, Any], cf: ConfigFile | None) -> int:
+    """``--gpus-per-node``, else the configuration file's, else 8."""
+    return kwargs.get("gpus_per_node") or (cf.gpus_per_node if cf else None) \
+        or DEFAULT_GPUS_PER_NODE
 
 
 # ------------------------------------------------------------------ output options

@@ -13,7 +13,11 @@ from ..layout import Layout
 from ..planfile import read_plan, write_plan
 from . import output as out
 from .common import (
-    CONFIG_PARAMS, config_from_options, config_options, fail, output_options,
+    CONFIG_PARAMS,
+    config_from_options,
+    config_options,
+    fail,
+    output_options,
 )
 
 DEFAULT_PLAN_OUT = "simharness-plan.json"

@@ -21,13 +21,20 @@ from .datapath import DataPathOptions, replay_data
 from .launcher import preflight, replay, torchrun_command, write_report
 from .live import verify_live
 from .options import (
-    EXIT_FAILED, EXIT_INTERRUPTED, EXIT_MISMATCH, EXIT_OK, EXIT_USAGE, REPORT_SCHEMA, Fault,
-    ReplayError, ReplayOptions,
+    EXIT_FAILED,
+    EXIT_INTERRUPTED,
+    EXIT_MISMATCH,
+    EXIT_OK,
+    EXIT_USAGE,
+    REPORT_SCHEMA,
+    Fault,
+    ReplayError,
+    ReplayOptions,
 )
 from .report import summary_lines
 
 __all__ = [
-    "DataPathOptions", "replay_data", "EXIT_FAILED", "EXIT_INTERRUPTED", "EXIT_MISMATCH", "EXIT_OK", "EXIT_USAGE", "Fault",
-    "REPORT_SCHEMA", "ReplayError", "ReplayOptions", "preflight", "replay", "summary_lines",
-    "torchrun_command", "verify_live", "write_report",
+    "DataPathOptions", "replay_data", "EXIT_FAILED", "EXIT_INTERRUPTED", "EXIT_MISMATCH",
+    "EXIT_OK", "EXIT_USAGE", "Fault", "REPORT_SCHEMA", "ReplayError", "ReplayOptions",
+    "preflight", "replay", "summary_lines", "torchrun_command", "verify_live", "write_report",
 ]

@@ -11,6 +11,7 @@ left behind.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shlex
@@ -36,18 +37,18 @@ def preflight(layout: Layout, opts: ReplayOptions) -> None:
     """Everything that can be refused without torch: raises :class:`SimharnessError`."""
     opts.validate()
     check_replayable(layout)
-    W = layout.world_size
+    world = layout.world_size
     if opts.backend == "gloo":
         limit = max_local_gloo_ranks()
-        if W > limit and not opts.force:
+        if world > limit and not opts.force:
             raise ReplayError(
-                f"world_size {W} would start {W} gloo processes on this machine's "
+                f"world_size {world} would start {world} gloo processes on this machine's "
                 f"{cpu_count()} CPU core(s) (at most {limit}, {limit // cpu_count()} per core, "
                 f"without --force); pass --force to run it anyway, replay a smaller world, or "
                 f"use torchrun on several machines (--print-torchrun).")
     fault = opts.fault_spec
-    if fault is not None and not 0 <= fault.rank < W:
-        raise ReplayError(f"fault rank {fault.rank} is outside the world 0..{W - 1}.")
+    if fault is not None and not 0 <= fault.rank < world:
+        raise ReplayError(f"fault rank {fault.rank} is outside the world 0..{world - 1}.")
     if opts.engine == "megatron":
         from .megatron_engine import check_megatron
 
@@ -63,10 +64,8 @@ def _tail(path: Path) -> str:
 
 
 def _kill_group(pgid: int) -> None:
-    try:
+    with contextlib.suppress(ProcessLookupError, PermissionError):  # gone already
         os.killpg(pgid, signal.SIGKILL)
-    except (ProcessLookupError, PermissionError):
-        pass
 
 
 def _exited(pid: int) -> bool:

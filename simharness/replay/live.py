@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import json
 import sys
+from collections.abc import Callable
 from typing import Any, TextIO
 
 from ..errors import SimharnessError
@@ -42,15 +43,43 @@ def verify_live(layout: Layout, *, all_gather_groups: tuple[Any, Any] | None = N
     ``parallel_state`` and need neither. Must be called on every rank (it runs
     collectives). ``report["ok"]`` is True when everything matched.
     """
-    import torch
     import torch.distributed as dist
 
-    from .megatron_engine import import_parallel_state, installed_version, profile_for_version
-    from .report import build_live_report, live_summary_lines
-    from .verify import (
-        all_gather_checks, all_gather_ranks, compare_getters, getter_for, is_group,
-        megatron_communicators, mismatch,
-    )
+    from .report import build_live_report
+    from .verify import all_gather_checks, compare_getters, megatron_communicators
+
+    ps, rank, world = _job_state(layout)
+    ver, notes = _version_notes(layout)
+    extra, note = _all_gather_groups(ps, layout, all_gather_groups, pg_collection)
+    notes.extend(note)
+
+    getters = compare_getters(ps, layout, rank, extra_groups=extra)
+    mism = list(getters["mismatches"])
+    group_of = _group_of(ps, layout, extra)
+    ag = all_gather_checks(layout, rank, group_of, megatron=ps)
+    n_coll = 0
+    if collectives:
+        n_coll, bad = _one_all_gather_per_group(layout, rank, group_of)
+        mism.extend(bad)
+    view = layout.rank(rank)
+    result = {"rank": rank, "checked": getters["checked"], "no_getter": getters["no_getter"],
+              "mismatches": mism, "all_gather": ag, "collectives": n_coll,
+              "communicators": {"megatron": megatron_communicators(ps),
+                                "plan": view.communicators}}
+    gathered: list[Any] = [None] * world
+    dist.all_gather_object(gathered, result)
+    report = build_live_report(layout, gathered, megatron_version=ver, notes=notes)
+    if rank == 0:
+        _emit(report, print_report=print_report, report_path=report_path, file=file)
+    return report
+
+
+def _job_state(layout: Layout) -> tuple[Any, int, int]:
+    """``(parallel_state, rank, world)`` of the running job; a :class:`SimharnessError` when
+    torch.distributed or Megatron is not initialised or the world differs from ``layout``."""
+    import torch.distributed as dist
+
+    from .megatron_engine import import_parallel_state
 
     if not dist.is_available() or not dist.is_initialized():
         raise SimharnessError("verify_live runs inside a job: call it after "
@@ -69,35 +98,51 @@ def verify_live(layout: Layout, *, all_gather_groups: tuple[Any, Any] | None = N
         raise SimharnessError(
             f"the layout is for world {layout.world_size} (rank_offset {layout.rank_offset}), "
             f"this job has {world} ranks; build the layout with world_size={world}.")
-    notes = []
+    return ps, rank, world
+
+
+def _version_notes(layout: Layout) -> tuple[str | None, list[str]]:
+    """The installed megatron-core version and a note when its profile is not the layout's."""
+    from .megatron_engine import installed_version, profile_for_version
+
+    notes: list[str] = []
     ver = installed_version()
-    if ver is not None:
-        try:
-            profile = profile_for_version(ver)
-        except SimharnessError as exc:
-            profile = None
-            notes.append(str(exc))
-        if profile is not None and profile != layout.mcore:
-            notes.append(f"megatron-core {ver} follows profile {profile}; the layout was built "
-                         f"for {layout.mcore} (rebuild it with mcore={profile!r}).")
-    extra: dict[str, Any] = {}
-    if not hasattr(ps, "has_separate_all_gather_group"):  # 0.18+: the caller owns the AG groups
-        pair = all_gather_groups
-        if pair is None and pg_collection is not None:
-            pair = (getattr(pg_collection, "dp_cp_ag", None),
-                    getattr(pg_collection, "expt_dp_ag", None))
-        if pair is not None:
-            for kind, pg in zip(("dp_cp_ag", "ep_dp_ag"), pair):
-                if layout.has(kind):
-                    extra[kind] = pg
-        elif layout.has("dp_cp_ag"):
-            notes.append("megatron-core 0.18+ keeps no all-gather group in parallel_state: pass "
-                         "all_gather_groups=create_all_gather_groups(...) or pg_collection=.")
+    if ver is None:
+        return None, notes
+    try:
+        profile = profile_for_version(ver)
+    except SimharnessError as exc:
+        return ver, [str(exc)]
+    if profile != layout.mcore:
+        notes.append(f"megatron-core {ver} follows profile {profile}; the layout was built "
+                     f"for {layout.mcore} (rebuild it with mcore={profile!r}).")
+    return ver, notes
 
-    getters = compare_getters(ps, layout, rank, extra_groups=extra)
-    mism = list(getters["mismatches"])
 
-    def group_of(kind):
+def _all_gather_groups(ps: Any, layout: Layout, pair: tuple[Any, Any] | None,
+                       pg_collection: Any) -> tuple[dict[str, Any], list[str]]:
+    """Kind -> the caller's all-gather group (0.18+, where ``parallel_state`` keeps none),
+    and a note when the layout has one but the caller passed neither source."""
+    if hasattr(ps, "has_separate_all_gather_group"):  # 0.16/0.17: parallel_state has it
+        return {}, []
+    if pair is None and pg_collection is not None:
+        pair = (getattr(pg_collection, "dp_cp_ag", None),
+                getattr(pg_collection, "expt_dp_ag", None))
+    if pair is not None:
+        kinds = ("dp_cp_ag", "ep_dp_ag")
+        return {k: pg for k, pg in zip(kinds, pair, strict=True) if layout.has(k)}, []
+    if layout.has("dp_cp_ag"):
+        return {}, ["megatron-core 0.18+ keeps no all-gather group in parallel_state: pass "
+                    "all_gather_groups=create_all_gather_groups(...) or pg_collection=."]
+    return {}, []
+
+
+def _group_of(ps: Any, layout: Layout, extra: dict[str, Any]) -> Callable[[str], Any]:
+    """``group_of(kind)``: the caller's all-gather group, else Megatron's getter's group;
+    None when this rank has no such group (or no getter returns it)."""
+    from .verify import getter_for, is_group
+
+    def group_of(kind: str) -> Any:
         if kind in extra:
             return extra[kind] if is_group(extra[kind]) else None
         get = getter_for(kind, ps, layout.mcore)
@@ -106,45 +151,52 @@ def verify_live(layout: Layout, *, all_gather_groups: tuple[Any, Any] | None = N
         pg, _ = get()
         return pg if is_group(pg) else None
 
-    ag = all_gather_checks(layout, rank, group_of, megatron=ps)
-    n_coll = 0
-    if collectives:
-        seen = set()
-        works = []
-        for kind in layout.kinds:
-            pg = group_of(kind)
-            if pg is None or id(pg) in seen:
-                continue
-            seen.add(id(pg))
-            backend = str(dist.get_backend(pg)).lower()
-            device = (torch.device("cpu") if "gloo" in backend else
-                      torch.device("cuda", torch.cuda.current_device()))
-            work, out = all_gather_ranks(pg, rank, device)
-            works.append((kind, pg, work, out))
-        for kind, pg, work, out in works:
-            work.wait()
-            got = [int(x) for x in out.tolist()]
-            want = sorted(int(r) for r in dist.get_process_group_ranks(pg))
-            n_coll += 1
-            if got != want:
-                mism.append(mismatch("collective", rank, f"{kind}: all_gather of global ranks "
-                                     f"returned {got}, expected {want}.", kind=kind,
-                                     expected=want, actual=got))
-    view = layout.rank(rank)
-    result = {"rank": rank, "checked": getters["checked"], "no_getter": getters["no_getter"],
-              "mismatches": mism, "all_gather": ag, "collectives": n_coll,
-              "communicators": {"megatron": megatron_communicators(ps),
-                                "plan": view.communicators}}
-    gathered: list[Any] = [None] * world
-    dist.all_gather_object(gathered, result)
-    report = build_live_report(layout, gathered, megatron_version=ver, notes=notes)
-    if rank == 0:
-        if print_report:
-            stream = file or sys.stdout
-            for line in live_summary_lines(report):
-                print(line, file=stream)
-            stream.flush()
-        if report_path:
-            with open(report_path, "w", encoding="utf-8") as fh:
-                json.dump(report, fh, indent=2)
-    return report
+    return group_of
+
+
+def _one_all_gather_per_group(layout: Layout, rank: int, group_of: Callable[[str], Any]
+                              ) -> tuple[int, list[dict]]:
+    """One all-gather of the global ranks on each distinct group this rank is in (issued
+    together, then waited for): ``(collectives run, mismatches)``."""
+    import torch
+    import torch.distributed as dist
+
+    from .verify import all_gather_ranks, mismatch
+
+    seen = set()
+    works = []
+    for kind in layout.kinds:
+        pg = group_of(kind)
+        if pg is None or id(pg) in seen:
+            continue
+        seen.add(id(pg))
+        backend = str(dist.get_backend(pg)).lower()
+        device = (torch.device("cpu") if "gloo" in backend else
+                  torch.device("cuda", torch.cuda.current_device()))
+        work, out = all_gather_ranks(pg, rank, device)
+        works.append((kind, pg, work, out))
+    mism = []
+    for kind, pg, work, out in works:
+        work.wait()
+        got = [int(x) for x in out.tolist()]
+        want = sorted(int(r) for r in dist.get_process_group_ranks(pg))
+        if got != want:
+            mism.append(mismatch("collective", rank, f"{kind}: all_gather of global ranks "
+                                 f"returned {got}, expected {want}.", kind=kind,
+                                 expected=want, actual=got))
+    return len(works), mism
+
+
+def _emit(report: dict[str, Any], *, print_report: bool, report_path: str | None,
+          file: TextIO | None) -> None:
+    """Rank 0: the summary on ``file`` (default stdout) and the JSON report at ``report_path``."""
+    from .report import live_summary_lines
+
+    if print_report:
+        stream = file or sys.stdout
+        for line in live_summary_lines(report):
+            print(line, file=stream)
+        stream.flush()
+    if report_path:
+        with open(report_path, "w", encoding="utf-8") as fh:
+            json.dump(report, fh, indent=2)

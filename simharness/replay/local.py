@@ -19,6 +19,7 @@ the launcher. Results: ``results.json`` (rank 0's gathered results),
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -181,13 +182,11 @@ def _child(rank: int, rd: int, layout: Layout, opts: ReplayOptions, workdir: Pat
         store.wait(["simharness/all_finished"])
         code = 0
     except BaseException as exc:  # noqa: BLE001 - report everything, then exit
-        try:
+        with contextlib.suppress(BaseException):  # best effort: the exit code still tells
             write_json(workdir / f"rank{rank}.error.json", {
                 "rank": rank, "type": type(exc).__name__, "message": str(exc),
                 "class": classify(exc), "context": getattr(exc, "context", None),
                 "traceback": traceback.format_exc()[-6000:], "time": time.time()})
-        except BaseException:  # noqa: BLE001
-            pass
         code = 130 if isinstance(exc, KeyboardInterrupt) else 1
     finally:
         try:
@@ -227,72 +226,95 @@ def _describe(pos: str | None) -> str:
     return f"{PHASES[int(p)]} {i}"
 
 
+class _Ranks:
+    """The rank processes as :func:`monitor` sees them: who exited (how, when), who it
+    killed, and when the first rank failed on its own."""
+
+    def __init__(self, pids: dict[int, int]):
+        self.pids = pids                                  # pid -> rank
+        self.exits: dict[int, dict[str, Any]] = {}        # rank -> code, time, killed
+        self.killed: set[int] = set()
+        self.first_fail: float | None = None
+
+    @property
+    def all_exited(self) -> bool:
+        return len(self.exits) == len(self.pids)
+
+    def reap(self) -> bool:
+        """Record every rank that exited since the last call (without blocking); True when
+        one did."""
+        reaped = False
+        while True:
+            try:
+                pid, status = os.waitpid(-1, os.WNOHANG)
+            except ChildProcessError:
+                return reaped
+            if pid == 0:
+                return reaped
+            r = self.pids.get(pid)
+            if r is None:
+                continue
+            code = os.waitstatus_to_exitcode(status)
+            self.exits[r] = {"code": code, "time": time.time(), "killed": r in self.killed}
+            reaped = True
+            if code != 0 and r not in self.killed and self.first_fail is None:
+                self.first_fail = time.time()
+
+    def kill_rest(self) -> None:
+        """SIGKILL every rank still running (once)."""
+        for pid, r in self.pids.items():
+            if r not in self.exits and r not in self.killed:
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(pid, signal.SIGKILL)
+                self.killed.add(r)
+
+    def wait_rest(self) -> None:
+        """Wait for every rank not yet reaped (after :meth:`kill_rest`), recorded as killed."""
+        for pid, r in self.pids.items():
+            if r not in self.exits:
+                try:
+                    _, status = os.waitpid(pid, 0)
+                    self.exits[r] = {"code": os.waitstatus_to_exitcode(status),
+                                     "time": time.time(), "killed": True}
+                except ChildProcessError:
+                    self.exits[r] = {"code": None, "time": time.time(), "killed": True}
+
+
 def monitor(pids: dict[int, int], store, opts: ReplayOptions, workdir: Path) -> dict[str, Any]:
     """Wait for the ranks; stop them all on the first failure, a stall or SIGTERM."""
     W = len(pids)
-    exits: dict[int, dict[str, Any]] = {}
-    killed: set[int] = set()
+    ranks = _Ranks(pids)
     stall_limit = opts.timeout + STALL_EXTRA_S
     last_change = time.time()
     last_snapshot = None
     next_poll = 0.0
-    first_fail = None
     stopped = None
-
-    def kill_rest():
-        for pid, r in pids.items():
-            if r not in exits and r not in killed:
-                try:
-                    os.kill(pid, signal.SIGKILL)
-                except ProcessLookupError:
-                    pass
-                killed.add(r)
-
     try:
-        while len(exits) < W:
-            while True:
-                try:
-                    pid, status = os.waitpid(-1, os.WNOHANG)
-                except ChildProcessError:
-                    pid = 0
-                if pid == 0:
-                    break
-                r = pids.get(pid)
-                if r is None:
-                    continue
-                code = os.waitstatus_to_exitcode(status)
-                exits[r] = {"code": code, "time": time.time(), "killed": r in killed}
+        while not ranks.all_exited:
+            if ranks.reap():
                 last_change = time.time()
-                if code != 0 and r not in killed and first_fail is None:
-                    first_fail = time.time()
-            if len(exits) == W:
+            if ranks.all_exited:
                 break
             now = time.time()
-            if first_fail is not None and now - first_fail >= GRACE_S:
-                kill_rest()
-            elif first_fail is None and now >= next_poll:
+            if ranks.first_fail is not None:
+                if now - ranks.first_fail >= GRACE_S:
+                    ranks.kill_rest()
+            elif now >= next_poll:
                 next_poll = now + 0.5
                 snap = _progress(store, W)
                 if snap != last_snapshot:
                     last_snapshot, last_change = snap, now
                 elif now - last_change > stall_limit:
                     stopped = "stall"
-                    first_fail = now - GRACE_S
-                    kill_rest()
+                    ranks.first_fail = now - GRACE_S
+                    ranks.kill_rest()
             time.sleep(0.01)
     except (_Stop, KeyboardInterrupt):
         stopped = "interrupted"
-        kill_rest()
-        for pid, r in pids.items():
-            if r not in exits:
-                try:
-                    _, status = os.waitpid(pid, 0)
-                    exits[r] = {"code": os.waitstatus_to_exitcode(status), "time": time.time(),
-                                "killed": True}
-                except ChildProcessError:
-                    exits[r] = {"code": None, "time": time.time(), "killed": True}
+        ranks.kill_rest()
+        ranks.wait_rest()
     progress = _progress(store, W) if stopped != "interrupted" else (last_snapshot or {})
-    return {"exits": {str(r): e for r, e in sorted(exits.items())}, "stopped": stopped,
+    return {"exits": {str(r): e for r, e in sorted(ranks.exits.items())}, "stopped": stopped,
             "progress": {str(r): p for r, p in progress.items()}}
 
 
@@ -305,10 +327,8 @@ def diagnose(outcome: dict[str, Any], workdir: Path, W: int,
     for r in range(W):
         path = workdir / f"rank{r}.error.json"
         if path.exists():
-            try:
+            with contextlib.suppress(OSError, ValueError):  # half-written: no error text
                 errors[r] = json.loads(path.read_text())
-            except (OSError, ValueError):
-                pass
     if outcome["stopped"] == "interrupted":
         return {"kind": "interrupted", "rank": None,
                 "message": "interrupted (Ctrl-C): every rank was stopped."}
@@ -422,10 +442,8 @@ def main(argv: list[str] | None = None) -> int:
         outcome = monitor(pids, store, opts, workdir)
     except (_Stop, KeyboardInterrupt):
         for pid in pids:
-            try:
+            with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
         outcome = {"exits": {}, "stopped": "interrupted", "progress": {}}
     outcome["pids"] = {str(r): pid for pid, r in pids.items()}
     outcome["t_fork"] = t_fork

@@ -15,13 +15,16 @@ available); the gloo path is what the tests exercise.
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import socket
 import tempfile
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from ..topology.nccl_model import bus_factor
 
@@ -58,11 +61,38 @@ def _timed(fn, sync, warmup: int, iters: int) -> float:
     return (time.perf_counter() - t) / iters
 
 
-def _worker(rank: int, opts: SweepOptions, port: int, out: str) -> None:  # pragma: no cover
+def _collective(coll: str, elems: int, n: int, dev: Any) -> Callable[[], Any]:
+    """One out-of-place ``coll`` of ``elems`` float32 values over the default group (``n``
+    ranks), as a call that returns once it completed; its buffers are made here, once."""
     import torch
     import torch.distributed as dist
 
     from .probe import _ag, _rs  # the replay's async reduce-scatter / all-gather calls
+
+    if coll == "all_reduce":
+        buf = torch.ones(elems, device=dev)
+        return lambda: dist.all_reduce(buf)
+    if coll == "all_gather":
+        ag_src, ag_dst = torch.ones(elems // n, device=dev), torch.empty(elems, device=dev)
+        return lambda: _ag(ag_dst, ag_src, None).wait()
+    rs_src, rs_dst = torch.ones(elems, device=dev), torch.empty(elems // n, device=dev)
+    return lambda: _rs(rs_dst, rs_src, None).wait()
+
+
+def _rs_and_ag(rs_dst: Any, rs_src: Any, ag_dst: Any, ag_src: Any, ag_group: Any) -> None:
+    """A reduce-scatter on the default group and an all-gather on ``ag_group`` (None: the
+    default group too), issued together, then both waited for."""
+    from .probe import _ag, _rs
+
+    w1 = _rs(rs_dst, rs_src, None)
+    w2 = _ag(ag_dst, ag_src, ag_group)
+    w1.wait()
+    w2.wait()
+
+
+def _worker(rank: int, opts: SweepOptions, port: int, out: str) -> None:  # pragma: no cover
+    import torch
+    import torch.distributed as dist
 
     gpu = opts.backend == "nccl"
     if gpu:
@@ -76,17 +106,7 @@ def _worker(rank: int, opts: SweepOptions, port: int, out: str) -> None:  # prag
     for coll in opts.collectives:
         for size in opts.sizes:
             elems = max(n, size // 4 // n * n)  # float32, divisible by n like nccl-tests
-            if coll == "all_reduce":
-                buf = torch.ones(elems, device=dev)
-                fn = lambda: dist.all_reduce(buf)  # noqa: E731
-            elif coll == "all_gather":
-                src = torch.ones(elems // n, device=dev)
-                dst = torch.empty(elems, device=dev)
-                fn = lambda: _ag(dst, src, None).wait()  # noqa: E731
-            else:
-                src = torch.ones(elems, device=dev)
-                dst = torch.empty(elems // n, device=dev)
-                fn = lambda: _rs(dst, src, None).wait()  # noqa: E731
+            fn = _collective(coll, elems, n, dev)
             t = torch.tensor([_timed(fn, sync, opts.warmup, opts.iters)], device=dev)
             dist.all_reduce(t, op=dist.ReduceOp.MAX)
             rows.append({"collective": coll, "size": elems * 4, "time_us": float(t) * 1e6})
@@ -97,11 +117,7 @@ def _worker(rank: int, opts: SweepOptions, port: int, out: str) -> None:  # prag
     ag_src, ag_dst = torch.ones(elems // n, device=dev), torch.empty(elems, device=dev)
     overlap = {}
     for name, ag_group in (("one_communicator", None), ("two_communicators", second)):
-        def both():
-            w1 = _rs(rs_dst, rs_src, None)
-            w2 = _ag(ag_dst, ag_src, ag_group)
-            w1.wait()
-            w2.wait()
+        both = functools.partial(_rs_and_ag, rs_dst, rs_src, ag_dst, ag_src, ag_group)
         t = torch.tensor([_timed(both, sync, opts.warmup, opts.iters)], device=dev)
         dist.all_reduce(t, op=dist.ReduceOp.MAX)
         overlap[name] = float(t) * 1e6

@@ -5,8 +5,9 @@ from __future__ import annotations
 import math
 import os
 import re
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass, fields
-from typing import Any, Mapping
+from typing import Any
 
 from ..errors import SimharnessError
 
@@ -73,7 +74,7 @@ class Fault:
     EXIT_CODE = 17
 
     @classmethod
-    def parse(cls, text: str) -> "Fault":
+    def parse(cls, text: str) -> Fault:
         try:
             rank_s, rest = str(text).split(":", 1)
             action, _, phase = rest.partition("@")
@@ -111,7 +112,7 @@ class ReplayOptions:
     force: bool = False
     fault: str | None = None
 
-    def validate(self) -> "ReplayOptions":
+    def validate(self) -> ReplayOptions:
         if self.backend not in BACKENDS:
             raise ReplayError(f"backend {self.backend!r} is not supported; use "
                               f"{' or '.join(BACKENDS)}.")
@@ -148,7 +149,7 @@ class ReplayOptions:
         return asdict(self)
 
     @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> "ReplayOptions":
+    def from_dict(cls, data: Mapping[str, Any]) -> ReplayOptions:
         names = {f.name for f in fields(cls)}
         return cls(**{k: v for k, v in data.items() if k in names})
 

@@ -15,8 +15,8 @@ from typing import Any
 
 import numpy as np
 
-from ..errors import LayoutError
 from ..checks import check, config_differences
+from ..errors import LayoutError
 from ..layout import Layout, build_layout
 
 

@@ -3,11 +3,17 @@
 from __future__ import annotations
 
 import json
-from typing import Any, Iterable, Sequence
+from collections.abc import Iterable, Sequence
+from typing import Any
 
 from ..layout import Layout
 from .options import (
-    EXIT_FAILED, EXIT_INTERRUPTED, EXIT_MISMATCH, EXIT_OK, REPORT_SCHEMA, ReplayOptions,
+    EXIT_FAILED,
+    EXIT_INTERRUPTED,
+    EXIT_MISMATCH,
+    EXIT_OK,
+    REPORT_SCHEMA,
+    ReplayOptions,
 )
 from .plan_checks import compare_with_config, partition_mismatches
 
@@ -130,7 +136,7 @@ def build_report(layout: Layout, opts: ReplayOptions, gathered: Sequence[dict] |
             "ranks": [{k: r.get(k) for k in ("rank", "host", "pid", "memberships", "verified",
                                              "n_mismatches")} for r in ranks],
         })
-        meg = [r.get("megatron") for r in ranks if r.get("megatron")]
+        meg = [m for r in ranks if (m := r.get("megatron"))]
         if meg:
             report["megatron"] = {
                 "version": meg[0].get("version"), "kwargs": meg[0].get("kwargs"),

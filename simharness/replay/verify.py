@@ -9,13 +9,14 @@ travel through ``all_gather_object`` and into the JSON report.
 
 from __future__ import annotations
 
-from typing import Any, Callable, Mapping
+from collections.abc import Callable, Mapping
+from typing import Any
 
 import torch
 import torch.distributed as dist
 
 from ..getters import Getter, getter, megatron_getters, ordered_rank_globals
-from ..layout import Layout
+from ..layout import Layout, RankView
 
 # 0.16/0.17 only: the AG group has a getter; from 0.18 the caller owns the groups.
 AG_GETTER_016 = megatron_getters("0.16")["dp_cp_ag"]
@@ -251,7 +252,17 @@ def compare_getters(ps: Any, layout: Layout, rank: int,
             mism.append(mismatch("getter_object", rank, f"{label} returns a different group object "
                                  f"from the one created for {kind} group {m.group}.",
                                  kind=kind, group=m.group, desc=desc))
-    # Megatron's ordered lists.
+    mism.extend(_order_mismatches(ps, layout, view, rank))
+    mism.extend(_alias_mismatches(ps, layout, view, rank))
+    return {"checked": checked, "no_getter": no_getter, "mismatches": mism[:MAX_RECORDED],
+            "n_mismatches": len(mism), "groups": groups}
+
+
+def _order_mismatches(ps: Any, layout: Layout, view: RankView, rank: int
+                      ) -> list[dict[str, Any]]:
+    """Megatron's ordered rank lists (``_PIPELINE_GLOBAL_RANKS``...) against the plan's
+    groups of this rank, in order."""
+    mism: list[dict[str, Any]] = []
     for kind, name in ordered_rank_globals(layout.mcore).items():
         m = view.groups.get(kind)
         value = getattr(ps, name, None)
@@ -265,20 +276,26 @@ def compare_getters(ps: Any, layout: Layout, rank: int,
                                  f"{list(value)}, the plan's {kind} group {m.group} in Megatron's "
                                  f"order is {plan}.", kind=kind, group=m.group,
                                  desc=layout.desc(kind), expected=plan, actual=list(value)))
-    # Kinds not built here whose getter returns another kind's group object (reference
-    # section 7: one optimizer instance aliases the partial groups; 0.19 with GTP 1
-    # aliases the GTP-merged DP groups).
-    for kind, get in megatron_getters(layout.mcore).items():
-        if kind in layout.kinds or get.alias not in view.groups:
+    return mism
+
+
+def _alias_mismatches(ps: Any, layout: Layout, view: RankView, rank: int
+                      ) -> list[dict[str, Any]]:
+    """Kinds not built here whose getter must return another kind's group object (reference
+    section 7: one optimizer instance aliases the partial groups; 0.19 with GTP 1 aliases
+    the GTP-merged DP groups)."""
+    table = megatron_getters(layout.mcore)
+    mism: list[dict[str, Any]] = []
+    for kind, get in table.items():
+        if kind in layout.kinds or get.alias is None or get.alias not in view.groups:
             continue
         pg, _ = call_getter(ps, get)
-        target, _ = call_getter(ps, megatron_getters(layout.mcore)[get.alias])
+        target, _ = call_getter(ps, table[get.alias])
         if pg is not target:
             mism.append(mismatch("alias", rank, f"{get.label} should return the {get.alias} "
                                  f"group object itself (the plan builds no {kind} group).",
                                  kind=get.alias))
-    return {"checked": checked, "no_getter": no_getter, "mismatches": mism[:MAX_RECORDED],
-            "n_mismatches": len(mism), "groups": groups}
+    return mism
 
 
 def megatron_communicators(ps: Any) -> int | None:

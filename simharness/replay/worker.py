@@ -13,25 +13,39 @@ and writes ``--report``. Every rank exits 0 only when everything matched.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import socket
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import timedelta
-from typing import Any, Callable
+from typing import Any
 
 import torch
 import torch.distributed as dist
 
 from ..layout import Layout
 from .options import (
-    BACKENDS, ENGINES, EXIT_FAILED, EXIT_INTERRUPTED, EXIT_USAGE, Fault, ReplayOptions,
+    BACKENDS,
+    ENGINES,
+    EXIT_FAILED,
+    EXIT_INTERRUPTED,
+    EXIT_USAGE,
+    Fault,
+    ReplayOptions,
     parse_bytes,
 )
 from .verify import (
-    MAX_RECORDED, all_gather_checks, all_gather_ranks, compare_getters, is_group,
-    megatron_communicators, membership_mismatches, mismatch,
+    MAX_RECORDED,
+    all_gather_checks,
+    all_gather_ranks,
+    compare_getters,
+    is_group,
+    megatron_communicators,
+    membership_mismatches,
+    mismatch,
 )
 
 PHASES = ("start", "init", "create", "verify", "probe", "gather", "done")
@@ -64,10 +78,8 @@ class Progress:
         self.current = (phase, index)
         if self.store is None:
             return
-        try:
+        with contextlib.suppress(Exception):  # progress is best effort
             self.store.set(PROGRESS_KEY.format(self.rank), f"{PHASES.index(phase)}:{index}")
-        except Exception:  # noqa: BLE001 - progress is best effort
-            pass
 
     def read(self, ranks) -> dict[int, tuple[int, int] | None]:
         out: dict[int, tuple[int, int] | None] = {}
@@ -281,33 +293,11 @@ def run_rank(layout: Layout, opts: ReplayOptions, *, rank: int, world_size: int,
     megatron_info: dict[str, Any] = {}
     if opts.engine == "plan":
         created, bad = create_from_plan(layout, rank, opts, progress)
-        mism.extend(bad)
         calls = len(layout.creation_order)
     else:
-        from .megatron_engine import compare_log, run_megatron
-
-        try:
-            ps, log, megatron_info = run_megatron(
-                layout, rank, opts.backend, opts.timeout,
-                lambda i: progress.set("create", i))
-        except ReplayFault:
-            raise
-        except Exception as exc:  # noqa: BLE001
-            i = progress.current[1]
-            raise ReplayFault(
-                f"megatron-core initialize_model_parallel failed on rank {rank} at new_group "
-                f"call {i}: {type(exc).__name__}: {_short(exc)}",
-                {"phase": "create", "index": i, "op": "initialize_model_parallel",
-                 "missing_ranks": progress.not_arrived(range(world_size), "create", i)}
-            ) from exc
-        bad, aligned = compare_log(layout, log, rank)
-        mism.extend(bad)
-        created = created_from_log(layout, log, aligned)
-        calls = len(log)
-        megatron_info = {"version": megatron_info.get("version"),
-                         "kwargs": megatron_info.get("kwargs"),
-                         "ag_call": megatron_info.get("ag_call"),
-                         "aligned": aligned, "ag_groups": megatron_info.get("ag_groups")}
+        ps, created, bad, calls, megatron_info = _create_with_megatron(layout, rank, opts,
+                                                                       world_size, progress)
+    mism.extend(bad)
     T["create"] = time.time()
     own = {(c.kind): c.pg for c in created}
 
@@ -318,71 +308,22 @@ def run_rank(layout: Layout, opts: ReplayOptions, *, rank: int, world_size: int,
     mism.extend(v.pop("mismatches"))
 
     # 3. All-gather group checks (and the getters in Megatron mode).
-    if ps is not None:
-        ag_groups = megatron_info.pop("ag_groups", None)
-        extra = {}
-        if ag_groups is not None:
-            extra["dp_cp_ag"] = ag_groups[0]
-            if layout.has("ep_dp_ag"):
-                extra["ep_dp_ag"] = ag_groups[1]
-        getters = compare_getters(ps, layout, rank, expected_objects=own if megatron_info.get(
-            "aligned") else None, extra_groups=extra)
-        mism.extend(getters["mismatches"])
-        from .verify import getter_for
-
-        def group_of(kind):
-            if kind in extra:
-                return extra[kind]
-            get = getter_for(kind, ps, layout.mcore)
-            if get is not None:
-                pg, _ = get()
-                return pg if is_group(pg) else None
-            return own.get(kind)
-        megatron_info["getters_checked"] = len(getters["checked"])
-        megatron_info["no_getter"] = getters["no_getter"]
-        megatron_info["communicators"] = megatron_communicators(ps)
+    group_of: Callable[[str], Any]
+    if ps is None:
+        group_of = own.get
+        ag = all_gather_checks(layout, rank, group_of)
     else:
-        def group_of(kind):
-            return own.get(kind)
-    ag = all_gather_checks(layout, rank, group_of, megatron=ps)
-    if ps is not None:
-        # The user-facing API, on the same job: it must agree with the checks above.
-        from .live import verify_live
-
-        live = verify_live(layout, all_gather_groups=ag_groups, print_report=False)
-        megatron_info["verify_live_ok"] = live["ok"]
-        same = not [m for m in getters["mismatches"] if m["check"] != "getter_object"]
-        if live["ok"] != (same and ag["ok"]):
-            mism.append(mismatch("verify_live", rank, f"verify_live() says ok={live['ok']} but "
-                                 f"the replay's getter checks disagree.", expected=not live["ok"],
-                                 actual=live["ok"]))
+        group_of, ag, bad = _check_megatron(ps, layout, rank, own, megatron_info)
+        mism.extend(bad)
     T["verify"] = time.time()
 
     # 4. Overlap probe.
     progress.set("probe", 0)
     _fault(fault, rank, "probe")
-    probe = None
-    if opts.probe_enabled and layout.has("dp_cp"):
-        from .probe import overlap_probe
-
-        rs, agpg, label = _probe_groups(layout, rank, opts, group_of, progress)
-        progress.set("probe", 2)
-        if not (is_group(rs) and is_group(agpg)):
-            probe = {"skipped": "this rank has no DP-with-CP or all-gather group"}
-    if probe is None and opts.probe_enabled and layout.has("dp_cp"):
-        try:
-            probe = overlap_probe(rs, agpg, nbytes=opts.overlap_bytes, iters=opts.iters,
-                                  device=device, ag_source=label)
-        except Exception as exc:  # noqa: BLE001
-            members = layout.group_of("dp_cp", rank).tolist()
-            raise ReplayFault(
-                f"overlap probe on dp_cp {members} did not complete on rank {rank}: "
-                f"{_short(exc)}",
-                {"phase": "probe", "kind": "dp_cp", "ranks": members, "op": "overlap probe",
-                 "missing_ranks": progress.not_arrived(members, "probe", 2)}) from exc
-        if not probe.get("values_ok", True):
-            mism.append(mismatch("probe_values", rank, "overlap probe: the reduce-scatter or "
-                                 "all-gather produced wrong values.", kind="dp_cp"))
+    probe = _overlap(layout, rank, opts, group_of, progress, device)
+    if probe is not None and not probe.get("values_ok", True):
+        mism.append(mismatch("probe_values", rank, "overlap probe: the reduce-scatter or "
+                             "all-gather produced wrong values.", kind="dp_cp"))
     T["probe"] = time.time()
 
     # 5. Results to every rank.
@@ -402,6 +343,103 @@ def run_rank(layout: Layout, opts: ReplayOptions, *, rank: int, world_size: int,
         "timings": T,
     })
     return gather_results(result, opts, rank, world_size, progress)
+
+
+def _create_with_megatron(layout: Layout, rank: int, opts: ReplayOptions, world_size: int,
+                          progress: Progress
+                          ) -> tuple[Any, list[Created], list[dict], int, dict[str, Any]]:
+    """Megatron's ``initialize_model_parallel`` on this rank, its ``new_group`` log checked
+    against the plan: ``(parallel_state, created, mismatches, new_group calls, info)``."""
+    from .megatron_engine import compare_log, run_megatron
+
+    try:
+        ps, log, info = run_megatron(layout, rank, opts.backend, opts.timeout,
+                                     lambda i: progress.set("create", i))
+    except ReplayFault:
+        raise
+    except Exception as exc:  # noqa: BLE001
+        i = progress.current[1]
+        raise ReplayFault(
+            f"megatron-core initialize_model_parallel failed on rank {rank} at new_group "
+            f"call {i}: {type(exc).__name__}: {_short(exc)}",
+            {"phase": "create", "index": i, "op": "initialize_model_parallel",
+             "missing_ranks": progress.not_arrived(range(world_size), "create", i)}
+        ) from exc
+    bad, aligned = compare_log(layout, log, rank)
+    info = {"version": info.get("version"), "kwargs": info.get("kwargs"),
+            "ag_call": info.get("ag_call"), "aligned": aligned,
+            "ag_groups": info.get("ag_groups")}
+    return ps, created_from_log(layout, log, aligned), bad, len(log), info
+
+
+def _check_megatron(ps: Any, layout: Layout, rank: int, own: dict[str, Any],
+                    megatron_info: dict[str, Any]
+                    ) -> tuple[Callable[[str], Any], dict[str, Any], list[dict]]:
+    """Megatron's getters and the all-gather group checks, then ``verify_live`` on the same
+    job (it must agree with them): ``(group_of, all-gather checks, mismatches)``.
+
+    ``group_of(kind)`` is the group this rank's code would use (the getter's, else the
+    created one). Moves ``ag_groups`` out of ``megatron_info`` and adds what was checked.
+    """
+    from .live import verify_live
+    from .verify import getter_for
+
+    ag_groups = megatron_info.pop("ag_groups", None)
+    extra = {}
+    if ag_groups is not None:
+        extra["dp_cp_ag"] = ag_groups[0]
+        if layout.has("ep_dp_ag"):
+            extra["ep_dp_ag"] = ag_groups[1]
+    getters = compare_getters(ps, layout, rank, expected_objects=own if megatron_info.get(
+        "aligned") else None, extra_groups=extra)
+    mism = list(getters["mismatches"])
+
+    def group_of(kind: str) -> Any:
+        if kind in extra:
+            return extra[kind]
+        get = getter_for(kind, ps, layout.mcore)
+        if get is not None:
+            pg, _ = get()
+            return pg if is_group(pg) else None
+        return own.get(kind)
+
+    megatron_info["getters_checked"] = len(getters["checked"])
+    megatron_info["no_getter"] = getters["no_getter"]
+    megatron_info["communicators"] = megatron_communicators(ps)
+    ag = all_gather_checks(layout, rank, group_of, megatron=ps)
+    live = verify_live(layout, all_gather_groups=ag_groups, print_report=False)
+    megatron_info["verify_live_ok"] = live["ok"]
+    same = not [m for m in getters["mismatches"] if m["check"] != "getter_object"]
+    if live["ok"] != (same and ag["ok"]):
+        mism.append(mismatch("verify_live", rank, f"verify_live() says ok={live['ok']} but "
+                             f"the replay's getter checks disagree.", expected=not live["ok"],
+                             actual=live["ok"]))
+    return group_of, ag, mism
+
+
+def _overlap(layout: Layout, rank: int, opts: ReplayOptions, group_of: Callable[[str], Any],
+             progress: Progress, device: torch.device) -> dict[str, Any] | None:
+    """The overlap probe on this rank's DP-with-CP group; None when it is off or the plan
+    has no ``dp_cp`` kind, ``{"skipped": ...}`` when this rank lacks one of the groups."""
+    if not (opts.probe_enabled and layout.has("dp_cp")):
+        return None
+    from .probe import overlap_probe
+
+    rs, agpg, label = _probe_groups(layout, rank, opts, group_of, progress)
+    progress.set("probe", 2)
+    if not (is_group(rs) and is_group(agpg)):
+        return {"skipped": "this rank has no DP-with-CP or all-gather group"}
+    try:
+        return overlap_probe(rs, agpg, nbytes=opts.overlap_bytes, iters=opts.iters,
+                             device=device, ag_source=label)
+    except Exception as exc:  # noqa: BLE001
+        group = layout.group_of("dp_cp", rank)
+        members = [] if group is None else group.tolist()
+        raise ReplayFault(
+            f"overlap probe on dp_cp {members} did not complete on rank {rank}: "
+            f"{_short(exc)}",
+            {"phase": "probe", "kind": "dp_cp", "ranks": members, "op": "overlap probe",
+             "missing_ranks": progress.not_arrived(members, "probe", 2)}) from exc
 
 
 def init_rank(opts: ReplayOptions, rank: int, world_size: int, init: Callable[[], None],
