@@ -12,7 +12,8 @@ groups and ranks concerned. The checks, by code:
 ``matches-config``   the groups equal what the configuration builds (catches edited plans)
 ``pp-agree``         dense and expert pipeline groups agree
 ``embedding``        embedding groups hold the first and last stage, position-embedding the first
-``ag-mismatch``      each AG group equals its DP-with-CP group rank for rank (and expert AG / expert DP)
+``ag-mismatch``      each AG group equals its DP-with-CP group rank for rank (and expert AG /
+                     expert DP)
 ``ag-communicator``  the AG group is its own NCCL communicator
 ``ag-missing``       the option is on but no AG group exists
 ``ag-off``           the option is off: no AG group, the all-gather runs on DP-with-CP
@@ -27,7 +28,8 @@ groups and ranks concerned. The checks, by code:
 
 from __future__ import annotations
 
-from typing import Any, Callable, Iterable
+from collections.abc import Callable, Iterable
+from typing import Any
 
 import numpy as np
 

@@ -27,8 +27,9 @@ from __future__ import annotations
 
 import dataclasses
 import math
+from collections.abc import Mapping
 from dataclasses import InitVar, dataclass, field, fields
-from typing import Any, Mapping
+from typing import Any
 
 from .errors import LayoutError
 from .profiles import DEFAULT_MCORE, DEFAULT_ORDER, MCORE_PROFILES, megatron_kwargs
@@ -197,7 +198,7 @@ class ParallelismConfig:
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any], *, _validate: bool = True,
-                  **overrides) -> "ParallelismConfig":
+                  **overrides) -> ParallelismConfig:
         """Build from a mapping of field names (NeMo's, or the short aliases).
 
         Unknown keys are an error that lists the close matches.
@@ -229,7 +230,7 @@ class ParallelismConfig:
         return cls(**kwargs, _validate=_validate)
 
     @classmethod
-    def from_object(cls, obj: Any, **overrides) -> "ParallelismConfig":
+    def from_object(cls, obj: Any, **overrides) -> ParallelismConfig:
         """Build from any object with NeMo's attribute names (e.g. NeMo's own config).
 
         Only attributes that exist on ``obj`` are read; ``overrides`` win.
@@ -253,7 +254,7 @@ class ParallelismConfig:
 
     @classmethod
     def from_megatron(cls, *, world_size: int, mcore: str = DEFAULT_MCORE,
-                      **kwargs) -> "ParallelismConfig":
+                      **kwargs) -> ParallelismConfig:
         """Build from exactly the keyword arguments of Megatron's ``initialize_model_parallel``.
 
         ``mcore`` picks the API profile: ``"0.16"`` (0.16.x-0.17.x, takes
@@ -288,9 +289,8 @@ class ParallelismConfig:
                         keyword=key)
                 continue
             if key == "local_world_size":
-                if value is not None:
-                    if value != world_size:
-                        cfg["world_size"] = value
+                if value is not None and value != world_size:
+                    cfg["world_size"] = value
                 continue
             if key == "create_gloo_process_groups":
                 cfg["use_gloo_process_groups"] = bool(value)
@@ -303,7 +303,7 @@ class ParallelismConfig:
         validate(out, mcore, world=world_size)
         return out
 
-    def replace(self, **changes) -> "ParallelismConfig":
+    def replace(self, **changes) -> ParallelismConfig:
         """A copy with some fields changed (validated again)."""
         if "use_tp_pp_dp_mapping" in changes and "order" not in changes:
             changes["order"] = None

@@ -6,8 +6,9 @@
 ...     mcore="0.16")
 >>> lay.groups("dp_cp").tolist()
 [[0, 2, 4, 6], [1, 3, 5, 7], [8, 10, 12, 14], [9, 11, 13, 15]]
->>> lay.creation_order[1]
-GroupCreation(kind='dp_cp_ag', desc='DATA_PARALLEL_GROUP_WITH_CP_AG', ranks=(0, 2, 4, 6), backend='nccl')
+>>> ag = lay.creation_order[1]
+>>> ag.kind, ag.desc, ag.ranks, ag.backend
+('dp_cp_ag', 'DATA_PARALLEL_GROUP_WITH_CP_AG', (0, 2, 4, 6), 'nccl')
 >>> c = lay.resolve_collectives(5)
 >>> c.dense_reduce_scatter.kind, c.dense_all_gather.kind, c.dense_overlap
 ('dp_cp', 'dp_cp_ag', True)
@@ -20,8 +21,9 @@ partitions the ranks; ``rank(r)`` agrees with ``groups(kind)`` for every kind;
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, Mapping
+from typing import Any
 
 import numpy as np
 
@@ -428,7 +430,7 @@ class Layout:
         return json.dumps(self.to_dict(), **kw)
 
     @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> "Layout":
+    def from_dict(cls, data: Mapping[str, Any]) -> Layout:
         """Read an export back. Groups are taken as written (they may be hand-edited);
         :func:`simharness.checks.check` compares them with what the config builds."""
         if not isinstance(data, Mapping):
@@ -468,7 +470,7 @@ class Layout:
         return cls(config, mcore, loops)
 
     @classmethod
-    def from_json(cls, text: str) -> "Layout":
+    def from_json(cls, text: str) -> Layout:
         try:
             return cls.from_dict(json.loads(text))
         except json.JSONDecodeError as exc:

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import Optional
+from itertools import pairwise
 
 import numpy as np
 
@@ -43,7 +43,7 @@ class GroupSource:
     def _build(self) -> np.ndarray:  # pragma: no cover - abstract
         raise NotImplementedError
 
-    def locate(self, rank: int) -> Optional[tuple[int, int]]:  # pragma: no cover
+    def locate(self, rank: int) -> tuple[int, int] | None:  # pragma: no cover
         raise NotImplementedError
 
     def members(self, g: int) -> np.ndarray:
@@ -64,7 +64,7 @@ class GroupSource:
         rows = [self._members(int(g)) for g in groups]
         return np.stack(rows) if rows else np.zeros((0, self.group_size), dtype=RANK_DTYPE)
 
-    def group_of(self, rank: int) -> Optional[np.ndarray]:
+    def group_of(self, rank: int) -> np.ndarray | None:
         loc = self.locate(rank)
         return None if loc is None else self.members(loc[0])
 
@@ -277,7 +277,7 @@ class Pick(GroupSource):
     @property
     def sorted_members(self) -> bool:
         res = self.resolved
-        return self.parent.sorted_members and all(a < b for a, b in zip(res, res[1:]))
+        return self.parent.sorted_members and all(a < b for a, b in pairwise(res))
 
 
 @dataclass(frozen=True, eq=False)

@@ -9,7 +9,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import types
-from typing import Any, Optional
+from typing import Any
 from unittest import mock
 
 import pytest
@@ -77,7 +77,8 @@ def test_from_dict_unknown_key_suggests():
     with pytest.raises(LayoutError) as info:
         ParallelismConfig.from_dict({"tensor_model_paralel_size": 2})
     msg = str(info.value)
-    assert "'tensor_model_paralel_size'" in msg and "did you mean 'tensor_model_parallel_size'" in msg
+    assert "'tensor_model_paralel_size'" in msg
+    assert "did you mean 'tensor_model_parallel_size'" in msg
 
 
 # ------------------------------------------------------------ from_object
@@ -94,7 +95,7 @@ class NemoParallelismConfig:
 
     tensor_model_parallel_size: int
     pipeline_model_parallel_size: int
-    virtual_pipeline_model_parallel_size: Optional[int]
+    virtual_pipeline_model_parallel_size: int | None
     microbatch_group_size_per_vp_stage: int
     context_parallel_size: int
     sequence_parallel: bool
@@ -103,8 +104,8 @@ class NemoParallelismConfig:
     pipeline_dtype: Any
     encoder_tensor_model_parallel_size: int = 0
     encoder_pipeline_model_parallel_size: int = 0
-    pipeline_model_parallel_comm_backend: Optional[str] = None
-    expert_tensor_parallel_size: Optional[int] = None
+    pipeline_model_parallel_comm_backend: str | None = None
+    expert_tensor_parallel_size: int | None = None
     use_tp_pp_dp_mapping: bool = False
     num_distributed_optimizer_instances: int = 1
     use_sharp: bool = False
@@ -224,7 +225,8 @@ def test_world_smaller_than_pp_keeps_nemo_error():
         ParallelismConfig(world_size=2, pipeline_model_parallel_size=4)
     assert info.value.megatron_error == "RuntimeError"
     assert info.value.values["nemo_error"] == "ValueError"
-    assert "Expected world_size (2) to be greater than/equal to pipeline size (4)" in str(info.value)
+    expected = "Expected world_size (2) to be greater than/equal to pipeline size (4)"
+    assert expected in str(info.value)
 
 
 @pytest.mark.parametrize("kwargs", [
