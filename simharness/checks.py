@@ -94,7 +94,7 @@ def expected_sizes(layout: Layout) -> dict[str, int]:
         "tp_ep_pp": c.etp * c.ep * c.pp, "tp_ep_egtp_pp": c.etp * c.ep * egtp * c.pp,
         "ep_dp": c.edp, "ep_dp_ag": c.edp, "intra_ep_dp": c.edp // n, "inter_ep_dp": n,
         "ep_gtp_remat_dp": egtp * c.edp,
-        "intra_dist_opt": c.world_size if gtp * egtp > 1 else c.world_size // n,
+        "intra_dist_opt": c.world_size_resolved if gtp * egtp > 1 else c.world_size_resolved // n,
     }
     for i, s in enumerate(c.hierarchical_context_parallel_sizes or ()):
         sizes[f"hcp_l{i}"] = s
@@ -343,7 +343,7 @@ def check_pp_agree(w: _World) -> list[Finding]:
 
 def check_embedding(w: _World) -> list[Finding]:
     lay = w.layout
-    out = []
+    out: list[Finding] = []
     if not lay.has("pp"):
         return out
     pp = lay.groups("pp")
@@ -444,7 +444,7 @@ def check_all_gather(w: _World) -> list[Finding]:
     out: list[Finding] = []
     ag_kinds = [k for k in ("dp_cp_ag", "ep_dp_ag") if lay.has(k)]
     cause = ""
-    if prof.ag_after_init and (c.order.lower() != "tp-cp-ep-dp-pp" or c.rank_offset):
+    if prof.ag_after_init and (c.order_resolved.lower() != "tp-cp-ep-dp-pp" or c.rank_offset):
         cause = (f"; cause: megatron-core 0.18+ create_all_gather_groups() rebuilds its generator "
                  f"with the hard-coded order 'tp-cp-ep-dp-pp' and rank_offset 0, but this job "
                  f"uses order {c.order!r} and rank_offset {c.rank_offset} (Megatron-LM issue "
@@ -560,7 +560,7 @@ def check_suspicious(w: _World) -> list[Finding]:
                            f"ep*etp = {c.ep}*{c.etp} = {c.ep * c.etp} > tp*cp = {c.tp * c.cp}: "
                            f"expert groups reach into the data-parallel dimension "
                            f"(expert dp {c.edp} vs dp {c.dp})"))
-    tokens = c.order.lower().split("-")
+    tokens = c.order_resolved.lower().split("-")
     repeated = sorted({t for t in tokens if tokens.count(t) > 1})
     if repeated:
         out.append(Finding("suspicious-order", "warning",

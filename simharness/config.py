@@ -29,7 +29,7 @@ import dataclasses
 import math
 from collections.abc import Mapping
 from dataclasses import InitVar, dataclass, field, fields
-from typing import Any
+from typing import Any, TypeVar
 
 from .errors import LayoutError
 from .profiles import DEFAULT_MCORE, DEFAULT_ORDER, MCORE_PROFILES, megatron_kwargs
@@ -70,6 +70,16 @@ def _pos_int(name: str, value: Any, *, allow_none: bool = False, minimum: int = 
             f"pass a whole number such as {max(minimum, 1)}.",
             **{name: value},
         )
+
+
+T = TypeVar("T")
+
+
+def _resolved(name: str, value: T | None) -> T:
+    """``value`` of a field ``__post_init__`` always fills in (a None here is a bug)."""
+    if value is None:
+        raise AssertionError(f"ParallelismConfig.{name} was not resolved at construction")
+    return value
 
 
 @dataclass(frozen=True)
@@ -337,6 +347,18 @@ class ParallelismConfig:
         return self.expert_model_parallel_size
 
     @property
+    def world_size_resolved(self) -> int:
+        """``world_size`` as construction resolved it (the smallest world when None was
+        given); typed ``int``, for arithmetic."""
+        return _resolved("world_size", self.world_size)
+
+    @property
+    def order_resolved(self) -> str:
+        """``order`` as construction resolved it (NeMo's default for the mapping when None
+        was given); typed ``str``."""
+        return _resolved("order", self.order)
+
+    @property
     def expert_tensor_parallel_size_resolved(self) -> int:
         """Megatron's ``expert_tensor_parallel_size or tensor_model_parallel_size``."""
         return self.expert_tensor_parallel_size or self.tensor_model_parallel_size
@@ -358,7 +380,7 @@ class ParallelismConfig:
     @property
     def data_parallel_size(self) -> int:
         """``world / (tp*pp*cp*gtp)``."""
-        return self.world_size // self.model_size
+        return self.world_size_resolved // self.model_size
 
     @property
     def dp(self) -> int:
@@ -377,7 +399,7 @@ class ParallelismConfig:
     @property
     def expert_data_parallel_size(self) -> int:
         """``world / (etp*ep*pp*egtp)``."""
-        return self.world_size // self.expert_model_size
+        return self.world_size_resolved // self.expert_model_size
 
     @property
     def edp(self) -> int:
@@ -395,11 +417,11 @@ class ParallelismConfig:
     @property
     def pp_last(self) -> bool:
         """Megatron's test ``order.endswith("pp")`` (on the order as given)."""
-        return self.order.endswith("pp")
+        return self.order_resolved.endswith("pp")
 
     @property
     def ranks(self) -> range:
-        return range(self.rank_offset, self.rank_offset + self.world_size)
+        return range(self.rank_offset, self.rank_offset + self.world_size_resolved)
 
 
 def validate(cfg: ParallelismConfig, mcore: str | None = None, *,

@@ -99,7 +99,7 @@ class Grid:
         is 1, or every dimension after it has size 1; ``rules`` rejects the rest), so the
         first occurrence alone gives Megatron's groups.
         """
-        order = cfg.order if order is None else order
+        order = cfg.order_resolved if order is None else order
         if gtp_token or gtp > 1 or "gtp_remat" in order.split("-"):
             sizes["gtp_remat"] = gtp
             order = inject_gtp(order, after=after)

@@ -63,12 +63,17 @@ class Membership:
     @property
     def ranks(self) -> np.ndarray:
         if self._ranks is None:
-            self._ranks = np.asarray(self._source.members(self.group))
+            self._ranks = np.asarray(self._given_source().members(self.group))
         return self._ranks
 
     @property
     def size(self) -> int:
-        return len(self._ranks) if self._ranks is not None else self._source.group_size
+        return len(self._ranks) if self._ranks is not None else self._given_source().group_size
+
+    def _given_source(self) -> GroupSource:
+        if self._source is None:  # every caller passes ranks or source
+            raise AssertionError("Membership needs its ranks or its source")
+        return self._source
 
     @property
     def group_rank(self) -> int:
@@ -101,6 +106,8 @@ class CollectiveGroup:
     @property
     def ranks(self) -> tuple[int, ...]:
         if self._ranks is None:
+            if self._membership is None:  # every caller passes ranks or membership
+                raise AssertionError("CollectiveGroup needs its ranks or its membership")
             self._ranks = tuple(self._membership.ranks.tolist())
         return self._ranks
 
@@ -206,7 +213,7 @@ class Layout:
 
     @property
     def world_size(self) -> int:
-        return self.config.world_size
+        return self.config.world_size_resolved
 
     @property
     def rank_offset(self) -> int:
