@@ -35,6 +35,7 @@ import numpy as np
 
 from .findings import Finding
 from .layout import PARTIAL_KINDS, Layout
+from .rules import repeated_tokens
 
 MAX_RANKS = 256  # ranks listed in one finding
 MAX_SHOWN = 4  # groups quoted in one message
@@ -560,8 +561,7 @@ def check_suspicious(w: _World) -> list[Finding]:
                            f"ep*etp = {c.ep}*{c.etp} = {c.ep * c.etp} > tp*cp = {c.tp * c.cp}: "
                            f"expert groups reach into the data-parallel dimension "
                            f"(expert dp {c.edp} vs dp {c.dp})"))
-    tokens = c.order_resolved.lower().split("-")
-    repeated = sorted({t for t in tokens if tokens.count(t) > 1})
+    repeated = repeated_tokens(c.order_resolved)
     if repeated:
         out.append(Finding("suspicious-order", "warning",
                            f"order {c.order!r} repeats {', '.join(map(repr, repeated))}: "

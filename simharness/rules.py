@@ -172,7 +172,7 @@ def _phase_tokens(f: Facts, phase: int) -> list[tuple[bool, str, bool]]:
 def _ranks_verdict(f: Facts, phase: int) -> Verdict | None:
     """Every rank Megatron passes to ``new_group`` in ``phase`` is in the torch world."""
     cfg, world, top = f.cfg, f.cfg.world_size_resolved, f.torch_world
-    repeated = _repeats(cfg.order_resolved)
+    repeated = repeated_tokens(cfg.order_resolved)
     if not repeated:  # the groups are the window's: only the window can overflow
         if phase == 1 and cfg.rank_offset + world > top:
             phase_tokens = _phase_tokens(f, 1)[:1]
@@ -221,7 +221,12 @@ def _new_group_error(lists: np.ndarray, top: int) -> str | None:
     return f"Rank {int(row[row >= top].min())} is out of range"
 
 
-def _repeats(order: str) -> list[str]:
+def repeated_tokens(order: str) -> list[str]:
+    """The tokens ``order`` names more than once, sorted.
+
+    >>> repeated_tokens("tp-dp-TP-pp-dp"), repeated_tokens("tp-cp-ep-dp-pp")
+    (['dp', 'tp'], [])
+    """
     tokens = order.lower().split("-")
     return sorted({t for t in tokens if tokens.count(t) > 1})
 
@@ -404,7 +409,7 @@ def _same_pipeline_groups(f: Facts) -> Verdict | None:
                 f"(Megatron: AssertionError 'idx ... with shape ... mismatch the return idx' "
                 f"in the first get_ranks call); add 'tp' to the order, e.g. {DEFAULT_ORDER!r}."),
                 {"order": c.order})
-    if c.pp == 1 and not _repeats(c.order_resolved):
+    if c.pp == 1 and not repeated_tokens(c.order_resolved):
         return None
     dense_pp, expert_pp = (_megatron_lists(g, "pp", W) for g in grids)
     same = dense_pp.shape == expert_pp.shape and bool(np.array_equal(dense_pp, expert_pp))
@@ -560,7 +565,7 @@ def _all_gather_in_world(f: Facts) -> Verdict | None:
        None, SIMHARNESS)
 def _repeated_token_groups(f: Facts) -> Verdict | None:
     c = f.cfg
-    repeated = _repeats(c.order_resolved)
+    repeated = repeated_tokens(c.order_resolved)
     if not repeated:
         return None
     last = c.rank_offset + c.world_size_resolved - 1
