@@ -44,6 +44,21 @@ def test_smallest_world():
                              num_distributed_optimizer_instances=4).world_size == 8
 
 
+def test_resolved_fields_are_the_constructed_values():
+    # world_size=None and order=None are filled in at construction; the typed
+    # *_resolved views return exactly those values (also without validation).
+    for validate in (True, False):
+        cfg = ParallelismConfig(tensor_model_parallel_size=2, pipeline_model_parallel_size=2,
+                                use_tp_pp_dp_mapping=True, _validate=validate)
+        assert (cfg.world_size_resolved, cfg.order_resolved) == (4, TP_PP_DP_ORDER)
+        assert (cfg.world_size, cfg.order) == (4, TP_PP_DP_ORDER)
+    # A None that escaped construction is a bug, reported as one, not a TypeError later.
+    broken = ParallelismConfig(world_size=4)
+    object.__setattr__(broken, "world_size", None)
+    with pytest.raises(AssertionError, match="world_size was not resolved"):
+        _ = broken.data_parallel_size
+
+
 def test_use_tp_pp_dp_mapping_and_replace():
     cfg = ParallelismConfig(world_size=8, use_tp_pp_dp_mapping=True)
     assert cfg.order == TP_PP_DP_ORDER
