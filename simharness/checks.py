@@ -12,7 +12,8 @@ groups and ranks concerned. The checks, by code:
 ``matches-config``   the groups equal what the configuration builds (catches edited plans)
 ``pp-agree``         dense and expert pipeline groups agree
 ``embedding``        embedding groups hold the first and last stage, position-embedding the first
-``ag-mismatch``      each AG group equals its DP-with-CP group rank for rank (and expert AG / expert DP)
+``ag-mismatch``      each AG group equals its DP-with-CP group rank for rank (and expert AG /
+                     expert DP)
 ``ag-communicator``  the AG group is its own NCCL communicator
 ``ag-missing``       the option is on but no AG group exists
 ``ag-off``           the option is off: no AG group, the all-gather runs on DP-with-CP
@@ -27,12 +28,14 @@ groups and ranks concerned. The checks, by code:
 
 from __future__ import annotations
 
-from typing import Any, Callable, Iterable
+from collections.abc import Callable, Iterable
+from typing import Any
 
 import numpy as np
 
 from .findings import Finding
 from .layout import PARTIAL_KINDS, Layout
+from .rules import repeated_tokens
 
 MAX_RANKS = 256  # ranks listed in one finding
 MAX_SHOWN = 4  # groups quoted in one message
@@ -92,7 +95,7 @@ def expected_sizes(layout: Layout) -> dict[str, int]:
         "tp_ep_pp": c.etp * c.ep * c.pp, "tp_ep_egtp_pp": c.etp * c.ep * egtp * c.pp,
         "ep_dp": c.edp, "ep_dp_ag": c.edp, "intra_ep_dp": c.edp // n, "inter_ep_dp": n,
         "ep_gtp_remat_dp": egtp * c.edp,
-        "intra_dist_opt": c.world_size if gtp * egtp > 1 else c.world_size // n,
+        "intra_dist_opt": c.world_size_resolved if gtp * egtp > 1 else c.world_size_resolved // n,
     }
     for i, s in enumerate(c.hierarchical_context_parallel_sizes or ()):
         sizes[f"hcp_l{i}"] = s
@@ -341,7 +344,7 @@ def check_pp_agree(w: _World) -> list[Finding]:
 
 def check_embedding(w: _World) -> list[Finding]:
     lay = w.layout
-    out = []
+    out: list[Finding] = []
     if not lay.has("pp"):
         return out
     pp = lay.groups("pp")
@@ -442,7 +445,7 @@ def check_all_gather(w: _World) -> list[Finding]:
     out: list[Finding] = []
     ag_kinds = [k for k in ("dp_cp_ag", "ep_dp_ag") if lay.has(k)]
     cause = ""
-    if prof.ag_after_init and (c.order.lower() != "tp-cp-ep-dp-pp" or c.rank_offset):
+    if prof.ag_after_init and (c.order_resolved.lower() != "tp-cp-ep-dp-pp" or c.rank_offset):
         cause = (f"; cause: megatron-core 0.18+ create_all_gather_groups() rebuilds its generator "
                  f"with the hard-coded order 'tp-cp-ep-dp-pp' and rank_offset 0, but this job "
                  f"uses order {c.order!r} and rank_offset {c.rank_offset} (Megatron-LM issue "
@@ -558,8 +561,7 @@ def check_suspicious(w: _World) -> list[Finding]:
                            f"ep*etp = {c.ep}*{c.etp} = {c.ep * c.etp} > tp*cp = {c.tp * c.cp}: "
                            f"expert groups reach into the data-parallel dimension "
                            f"(expert dp {c.edp} vs dp {c.dp})"))
-    tokens = c.order.lower().split("-")
-    repeated = sorted({t for t in tokens if tokens.count(t) > 1})
+    repeated = repeated_tokens(c.order_resolved)
     if repeated:
         out.append(Finding("suspicious-order", "warning",
                            f"order {c.order!r} repeats {', '.join(map(repr, repeated))}: "

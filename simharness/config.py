@@ -27,8 +27,9 @@ from __future__ import annotations
 
 import dataclasses
 import math
+from collections.abc import Mapping
 from dataclasses import InitVar, dataclass, field, fields
-from typing import Any, Mapping
+from typing import Any, TypeVar
 
 from .errors import LayoutError
 from .profiles import DEFAULT_MCORE, DEFAULT_ORDER, MCORE_PROFILES, megatron_kwargs
@@ -69,6 +70,16 @@ def _pos_int(name: str, value: Any, *, allow_none: bool = False, minimum: int = 
             f"pass a whole number such as {max(minimum, 1)}.",
             **{name: value},
         )
+
+
+T = TypeVar("T")
+
+
+def _resolved(name: str, value: T | None) -> T:
+    """``value`` of a field ``__post_init__`` always fills in (a None here is a bug)."""
+    if value is None:
+        raise AssertionError(f"ParallelismConfig.{name} was not resolved at construction")
+    return value
 
 
 @dataclass(frozen=True)
@@ -197,7 +208,7 @@ class ParallelismConfig:
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any], *, _validate: bool = True,
-                  **overrides) -> "ParallelismConfig":
+                  **overrides) -> ParallelismConfig:
         """Build from a mapping of field names (NeMo's, or the short aliases).
 
         Unknown keys are an error that lists the close matches.
@@ -229,7 +240,7 @@ class ParallelismConfig:
         return cls(**kwargs, _validate=_validate)
 
     @classmethod
-    def from_object(cls, obj: Any, **overrides) -> "ParallelismConfig":
+    def from_object(cls, obj: Any, **overrides) -> ParallelismConfig:
         """Build from any object with NeMo's attribute names (e.g. NeMo's own config).
 
         Only attributes that exist on ``obj`` are read; ``overrides`` win.
@@ -253,7 +264,7 @@ class ParallelismConfig:
 
     @classmethod
     def from_megatron(cls, *, world_size: int, mcore: str = DEFAULT_MCORE,
-                      **kwargs) -> "ParallelismConfig":
+                      **kwargs) -> ParallelismConfig:
         """Build from exactly the keyword arguments of Megatron's ``initialize_model_parallel``.
 
         ``mcore`` picks the API profile: ``"0.16"`` (0.16.x-0.17.x, takes
@@ -288,9 +299,8 @@ class ParallelismConfig:
                         keyword=key)
                 continue
             if key == "local_world_size":
-                if value is not None:
-                    if value != world_size:
-                        cfg["world_size"] = value
+                if value is not None and value != world_size:
+                    cfg["world_size"] = value
                 continue
             if key == "create_gloo_process_groups":
                 cfg["use_gloo_process_groups"] = bool(value)
@@ -303,7 +313,7 @@ class ParallelismConfig:
         validate(out, mcore, world=world_size)
         return out
 
-    def replace(self, **changes) -> "ParallelismConfig":
+    def replace(self, **changes) -> ParallelismConfig:
         """A copy with some fields changed (validated again)."""
         if "use_tp_pp_dp_mapping" in changes and "order" not in changes:
             changes["order"] = None
@@ -337,6 +347,18 @@ class ParallelismConfig:
         return self.expert_model_parallel_size
 
     @property
+    def world_size_resolved(self) -> int:
+        """``world_size`` as construction resolved it (the smallest world when None was
+        given); typed ``int``, for arithmetic."""
+        return _resolved("world_size", self.world_size)
+
+    @property
+    def order_resolved(self) -> str:
+        """``order`` as construction resolved it (NeMo's default for the mapping when None
+        was given); typed ``str``."""
+        return _resolved("order", self.order)
+
+    @property
     def expert_tensor_parallel_size_resolved(self) -> int:
         """Megatron's ``expert_tensor_parallel_size or tensor_model_parallel_size``."""
         return self.expert_tensor_parallel_size or self.tensor_model_parallel_size
@@ -358,7 +380,7 @@ class ParallelismConfig:
     @property
     def data_parallel_size(self) -> int:
         """``world / (tp*pp*cp*gtp)``."""
-        return self.world_size // self.model_size
+        return self.world_size_resolved // self.model_size
 
     @property
     def dp(self) -> int:
@@ -377,7 +399,7 @@ class ParallelismConfig:
     @property
     def expert_data_parallel_size(self) -> int:
         """``world / (etp*ep*pp*egtp)``."""
-        return self.world_size // self.expert_model_size
+        return self.world_size_resolved // self.expert_model_size
 
     @property
     def edp(self) -> int:
@@ -395,11 +417,11 @@ class ParallelismConfig:
     @property
     def pp_last(self) -> bool:
         """Megatron's test ``order.endswith("pp")`` (on the order as given)."""
-        return self.order.endswith("pp")
+        return self.order_resolved.endswith("pp")
 
     @property
     def ranks(self) -> range:
-        return range(self.rank_offset, self.rank_offset + self.world_size)
+        return range(self.rank_offset, self.rank_offset + self.world_size_resolved)
 
 
 def validate(cfg: ParallelismConfig, mcore: str | None = None, *,

@@ -112,7 +112,7 @@ def _derived(c: ParallelismConfig, given: Mapping[str, Any]) -> list[Derived]:
     """The sizes ``c`` implies, with worked formulas."""
     form, nums = model_formula(c)
     eform, enums = expert_formula(c)
-    W, dp, edp, n = c.world_size, c.dp, c.edp, c.num_distributed_optimizer_instances
+    W, dp, edp, n = c.world_size_resolved, c.dp, c.edp, c.num_distributed_optimizer_instances
     if given.get("world_size") is not None:
         world = Derived("world_size", W, f"world = {W} (given)", "ranks in the job")
     else:

@@ -50,7 +50,7 @@ class Grid:
 
     # ---------------------------------------------------------------- build
     @classmethod
-    def from_sizes(cls, order: str, offset: int = 0, **sizes: int) -> "Grid":
+    def from_sizes(cls, order: str, offset: int = 0, **sizes: int) -> Grid:
         """Megatron's ``RankGenerator(order=..., **sizes, rank_offset=offset)``.
 
         Unknown tokens and dimensions of size > 1 missing from the order raise
@@ -73,8 +73,8 @@ class Grid:
         return cls(names, tuple(int(sizes[t]) for t in names), int(offset))
 
     @classmethod
-    def dense(cls, cfg: "ParallelismConfig", *, order: str | None = None,
-              offset: int | None = None, gtp_token: bool = False) -> "Grid":
+    def dense(cls, cfg: ParallelismConfig, *, order: str | None = None,
+              offset: int | None = None, gtp_token: bool = False) -> Grid:
         """The decoder generator of ``initialize_model_parallel``.
 
         ``gtp_token`` adds the 0.19 ``gtp_remat`` dimension (see ``profiles``).
@@ -83,23 +83,23 @@ class Grid:
         return cls._generator(cfg, sizes, cfg.gtp_remat_size, "tp", order, offset, gtp_token)
 
     @classmethod
-    def expert(cls, cfg: "ParallelismConfig", *, order: str | None = None,
-               offset: int | None = None, gtp_token: bool = False) -> "Grid":
+    def expert(cls, cfg: ParallelismConfig, *, order: str | None = None,
+               offset: int | None = None, gtp_token: bool = False) -> Grid:
         """The expert generator: ``tp=etp, ep, dp=expert dp, pp, cp=1``."""
         sizes = dict(tp=cfg.etp, pp=cfg.pp, dp=cfg.edp, ep=cfg.ep, cp=1)
         return cls._generator(cfg, sizes, cfg.expert_gtp_remat_size, "ep", order, offset,
                               gtp_token)
 
     @classmethod
-    def _generator(cls, cfg: "ParallelismConfig", sizes: dict[str, int], gtp: int, after: str,
-                   order: str | None, offset: int | None, gtp_token: bool) -> "Grid":
+    def _generator(cls, cfg: ParallelismConfig, sizes: dict[str, int], gtp: int, after: str,
+                   order: str | None, offset: int | None, gtp_token: bool) -> Grid:
         """A generator of a *validated* configuration; a token the order repeats counts once.
 
         Megatron accepts a repeated token only when the repeat changes no group (its size
         is 1, or every dimension after it has size 1; ``rules`` rejects the rest), so the
         first occurrence alone gives Megatron's groups.
         """
-        order = cfg.order if order is None else order
+        order = cfg.order_resolved if order is None else order
         if gtp_token or gtp > 1 or "gtp_remat" in order.split("-"):
             sizes["gtp_remat"] = gtp
             order = inject_gtp(order, after=after)
@@ -126,8 +126,9 @@ class Grid:
             try:
                 idx.append(self.names.index(t))
             except ValueError:
-                raise LayoutError(f"token {t!r} is not a dimension of order "
-                                  f"{'-'.join(self.names)!r}", megatron_error="ValueError") from None
+                raise LayoutError(
+                    f"token {t!r} is not a dimension of order {'-'.join(self.names)!r}",
+                    megatron_error="ValueError") from None
         return tuple(sorted(set(idx)))
 
     def group_size(self, token: str) -> int:
@@ -141,7 +142,7 @@ class Grid:
         """All groups of ``token`` as an ``(n_groups, group_size)`` array, Megatron's order."""
         return _groups(self.names, self.sizes, self._mask(token), self.offset)
 
-    def same_groups(self, other: "Grid", token: str) -> bool:
+    def same_groups(self, other: Grid, token: str) -> bool:
         a, b = self.groups(token), other.groups(token)
         return a.shape == b.shape and bool(np.array_equal(a, b))
 
@@ -156,7 +157,8 @@ class Grid:
             raise LayoutError(
                 f"rank {rank} is outside this layout (ranks {self.offset}.."
                 f"{self.offset + self.world_size - 1}); pick a rank in that range.", rank=rank)
-        return {n: (r // st) % s for n, s, st in zip(self.names, self.sizes, self.strides)}
+        dims = zip(self.names, self.sizes, self.strides, strict=True)
+        return {n: (r // st) % s for n, s, st in dims}
 
     def locate(self, token: str, rank: int) -> tuple[int, int]:
         """``(group index, position in group)`` of ``rank`` for ``token``, in O(dims)."""
@@ -164,7 +166,7 @@ class Grid:
         mask = self._mask(token)
         g = pos = 0
         gm = gu = 1
-        for i, (n, s) in enumerate(zip(self.names, self.sizes)):
+        for i, (n, s) in enumerate(zip(self.names, self.sizes, strict=True)):
             if i in mask:
                 pos += c[n] * gm
                 gm *= s
@@ -178,7 +180,7 @@ class Grid:
         mask = self._mask(token)
         base = self.offset
         rest = int(group_index)
-        for i, (s, st) in enumerate(zip(self.sizes, self.strides)):
+        for i, (s, st) in enumerate(zip(self.sizes, self.strides, strict=True)):
             if i not in mask:
                 base += (rest % s) * st
                 rest //= s
@@ -189,7 +191,7 @@ class Grid:
         mask = self._mask(token)
         rest = np.asarray(group_indices, dtype=RANK_DTYPE).copy()
         base = np.full(rest.shape, self.offset, dtype=RANK_DTYPE)
-        for i, (s, st) in enumerate(zip(self.sizes, self.strides)):
+        for i, (s, st) in enumerate(zip(self.sizes, self.strides, strict=True)):
             if i not in mask:
                 base += (rest % s) * st
                 rest //= s

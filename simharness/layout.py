@@ -6,8 +6,9 @@
 ...     mcore="0.16")
 >>> lay.groups("dp_cp").tolist()
 [[0, 2, 4, 6], [1, 3, 5, 7], [8, 10, 12, 14], [9, 11, 13, 15]]
->>> lay.creation_order[1]
-GroupCreation(kind='dp_cp_ag', desc='DATA_PARALLEL_GROUP_WITH_CP_AG', ranks=(0, 2, 4, 6), backend='nccl')
+>>> ag = lay.creation_order[1]
+>>> ag.kind, ag.desc, ag.ranks, ag.backend
+('dp_cp_ag', 'DATA_PARALLEL_GROUP_WITH_CP_AG', (0, 2, 4, 6), 'nccl')
 >>> c = lay.resolve_collectives(5)
 >>> c.dense_reduce_scatter.kind, c.dense_all_gather.kind, c.dense_overlap
 ('dp_cp', 'dp_cp_ag', True)
@@ -20,8 +21,9 @@ partitions the ranks; ``rank(r)`` agrees with ``groups(kind)`` for every kind;
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, Mapping
+from typing import Any
 
 import numpy as np
 
@@ -61,12 +63,17 @@ class Membership:
     @property
     def ranks(self) -> np.ndarray:
         if self._ranks is None:
-            self._ranks = np.asarray(self._source.members(self.group))
+            self._ranks = np.asarray(self._given_source().members(self.group))
         return self._ranks
 
     @property
     def size(self) -> int:
-        return len(self._ranks) if self._ranks is not None else self._source.group_size
+        return len(self._ranks) if self._ranks is not None else self._given_source().group_size
+
+    def _given_source(self) -> GroupSource:
+        if self._source is None:  # every caller passes ranks or source
+            raise AssertionError("Membership needs its ranks or its source")
+        return self._source
 
     @property
     def group_rank(self) -> int:
@@ -99,6 +106,8 @@ class CollectiveGroup:
     @property
     def ranks(self) -> tuple[int, ...]:
         if self._ranks is None:
+            if self._membership is None:  # every caller passes ranks or membership
+                raise AssertionError("CollectiveGroup needs its ranks or its membership")
             self._ranks = tuple(self._membership.ranks.tolist())
         return self._ranks
 
@@ -204,7 +213,7 @@ class Layout:
 
     @property
     def world_size(self) -> int:
-        return self.config.world_size
+        return self.config.world_size_resolved
 
     @property
     def rank_offset(self) -> int:
@@ -428,7 +437,7 @@ class Layout:
         return json.dumps(self.to_dict(), **kw)
 
     @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> "Layout":
+    def from_dict(cls, data: Mapping[str, Any]) -> Layout:
         """Read an export back. Groups are taken as written (they may be hand-edited);
         :func:`simharness.checks.check` compares them with what the config builds."""
         if not isinstance(data, Mapping):
@@ -468,7 +477,7 @@ class Layout:
         return cls(config, mcore, loops)
 
     @classmethod
-    def from_json(cls, text: str) -> "Layout":
+    def from_json(cls, text: str) -> Layout:
         try:
             return cls.from_dict(json.loads(text))
         except json.JSONDecodeError as exc:

@@ -18,9 +18,9 @@ million ranks (millions of groups) costs arrays, not objects.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
-from typing import Iterator, NamedTuple
+from typing import NamedTuple
 
 from .sources import GroupSource
 
@@ -71,7 +71,7 @@ class Loop:
         return tuple(e for s in self.steps for e in s.entries)
 
     @classmethod
-    def simple(cls, *entries: Entry) -> "Loop":
+    def simple(cls, *entries: Entry) -> Loop:
         """One group per iteration for each entry (all entries same group count)."""
         return cls(entries[0].source.n_groups, (Step(1, tuple(entries)),))
 
@@ -118,10 +118,10 @@ class CreationOrder(Sequence):
         for lp in self.loops:
             arrays = [[e.source.array() for e in s.entries] for s in lp.steps]
             for it in range(lp.n_iter):
-                for step, arrs in zip(lp.steps, arrays):
+                for step, arrs in zip(lp.steps, arrays, strict=True):
                     for sub in range(step.n_sub):
                         row = it * step.n_sub + sub
-                        for e, a in zip(step.entries, arrs):
+                        for e, a in zip(step.entries, arrs, strict=True):
                             yield GroupCreation(e.kind, e.desc, tuple(a[row].tolist()), e.backend)
 
     def entries(self) -> tuple[Entry, ...]:

@@ -36,7 +36,7 @@ from typing import TYPE_CHECKING
 from .errors import LayoutError
 from .grid import Grid, inject_gtp
 from .plan import Entry, Loop, Step
-from .sources import Chunks, Concat, Hierarchical, Ortho, Pick
+from .sources import Chunks, Concat, GroupSource, Hierarchical, Ortho, Pick
 
 if TYPE_CHECKING:  # pragma: no cover
     from .config import ParallelismConfig
@@ -156,7 +156,6 @@ def build_loops(cfg: ParallelismConfig, mcore: str) -> list[Loop]:
     """The whole ``new_group`` sequence of ``initialize_model_parallel`` (+ AG groups)."""
     prof = get_profile(mcore)  # cfg is validated for this profile (layout.build_layout)
     gtp_axis = prof.gtp_axis  # the gtp_remat token and the GTP groups (0.19)
-    n = cfg.num_distributed_optimizer_instances
     nccl = "nccl"
     dense = Grid.dense(cfg, gtp_token=gtp_axis)
     expert = Grid.expert(cfg, gtp_token=gtp_axis)
@@ -168,7 +167,7 @@ def build_loops(cfg: ParallelismConfig, mcore: str) -> list[Loop]:
     loops: list[Loop] = []
 
     def simple(kind: str, desc: str, source, backend: str = nccl, gloo: bool = False) -> None:
-        entries = (Entry(kind, desc, backend, source),)
+        entries: tuple[Entry, ...] = (Entry(kind, desc, backend, source),)
         if gloo:
             entries += _gloo(gloo_dense, kind, desc, source)
         loops.append(Loop.simple(*entries))
@@ -177,27 +176,9 @@ def build_loops(cfg: ParallelismConfig, mcore: str) -> list[Loop]:
     if gtp_axis:
         simple("gtp_remat", "GTP_WEIGHT_REMAT_GROUP", Ortho(dense, "gtp_remat"))
 
-    # 1. DP-with-CP, its AG twin (ag_in_init), its Gloo twin, the partial-DP groups.
-    dp_cp = Ortho(dense, "dp-cp")
-    first = [Entry("dp_cp", "DATA_PARALLEL_GROUP_WITH_CP", nccl, dp_cp)]
-    if prof.ag_in_init and cfg.create_all_gather_group:
-        first.append(Entry("dp_cp_ag", "DATA_PARALLEL_GROUP_WITH_CP_AG", nccl, dp_cp))
-    first.extend(_gloo(gloo_dense, "dp_cp", "DATA_PARALLEL_GROUP_WITH_CP", dp_cp))
-    steps = [Step(1, tuple(first))]
-    if n > 1:
-        intra = Chunks(dp_cp, cfg.intra_partial_data_parallel_size)
-        desc = "INTRA_PARTIAL_DATA_PARALLEL_GROUP_WITH_CP"
-        steps.append(Step(n, (Entry("intra_dp_cp", desc, nccl, intra),)
-                          + _gloo(gloo_dense, "intra_dp_cp", desc, intra)))
-    loops.append(Loop(dp_cp.n_groups, tuple(steps)))
-
-    # 3. hybrid DP-CP groups.
-    if cfg.hybrid_context_parallel:
-        size = cfg.data_parallel_size_with_cp
-        chunk_sizes = hybrid_chunk_sizes(size)
-        loops.append(Loop(dp_cp.n_groups, tuple(
-            Step(size // s, (Entry(f"hybrid_dp_cp_{s}", f"HYBRID_DP_CP_GROUP_{s}", nccl,
-                                   Chunks(dp_cp, s)),)) for s in chunk_sizes)))
+    # 1. DP-with-CP, its AG twin (ag_in_init), its Gloo twin, the partial-DP groups;
+    # 3. the hybrid DP-CP groups.
+    loops.extend(_dp_cp_loops(cfg, prof, dense, gloo_dense))
 
     # 4. DP (+ gtp_remat-dp groups when gtp > 1).
     simple("dp", "DATA_PARALLEL_GROUP", Ortho(dense, "dp"), gloo=True)
@@ -207,15 +188,7 @@ def build_loops(cfg: ParallelismConfig, mcore: str) -> list[Loop]:
                Ortho(dense, "gtp_remat-dp-cp"))
 
     # 5. CP and its hierarchical sub-groups (created right after each CP group).
-    cp = Ortho(dense, "cp")
-    steps = [Step(1, (Entry("cp", "CONTEXT_PARALLEL_GROUP", nccl, cp),))]
-    hcp = cfg.hierarchical_context_parallel_sizes
-    if hcp:
-        for lvl in range(len(hcp)):
-            src = Hierarchical(cp, tuple(hcp), lvl)
-            steps.append(Step(src.per_parent, (Entry(
-                f"hcp_l{lvl}", _hier_descs("CONTEXT_PARALLEL_GROUP", lvl, False), nccl, src),)))
-    loops.append(Loop(cp.n_groups, tuple(steps)))
+    loops.append(_cp_loop(cfg, dense))
 
     # 6-7. MP and TP.
     g = "gtp_remat-" if gtp_axis else ""  # the GTP axis adds the token to mp, tp-dp-cp, tp-dp
@@ -251,36 +224,80 @@ def build_loops(cfg: ParallelismConfig, mcore: str) -> list[Loop]:
                Ortho(expert, "tp-ep-gtp_remat-pp"))
 
     # 12. Expert DP and its hierarchical intra/inter groups.
-    ep_dp = Ortho(expert, "dp")
-    steps = [Step(1, (Entry("ep_dp", "EXPERT_DATA_PARALLEL_GROUP", nccl, ep_dp),)
-                  + _gloo(gloo_expert, "ep_dp", "EXPERT_DATA_PARALLEL_GROUP", ep_dp))]
-    iedp = cfg.intra_partial_expert_data_parallel_size
-    if n > 1:
-        for lvl, kind in ((0, "intra_ep_dp"), (1, "inter_ep_dp")):
-            src = Hierarchical(ep_dp, (iedp, n), lvl)
-            entries = (Entry(kind, _hier_descs("EXPERT_DATA_PARALLEL_GROUP", lvl, False), nccl,
-                             src),)
-            if gloo_expert:
-                entries += (Entry(f"{kind}_gloo",
-                                  _hier_descs("EXPERT_DATA_PARALLEL_GROUP", lvl, True), "gloo",
-                                  src),)
-            steps.append(Step(src.per_parent, entries))
-    loops.append(Loop(ep_dp.n_groups, tuple(steps)))
+    loops.append(_expert_dp_loop(cfg, expert, gloo_expert))
     if gtp_expert:
         simple("ep_gtp_remat_dp", "EXPERT_DATA_PARALLEL_GROUP_WITH_GTP_REMAT",
                Ortho(expert, "gtp_remat-dp"))
 
     # 13. Intra distributed-optimizer instance groups.
+    intra_opt: GroupSource
     if gtp_dense or gtp_expert:  # one group of all ranks, sorted (GTP axis)
         intra_opt = Ortho(expert, "-".join(expert.names))
     else:
-        intra_opt = Concat(tp_ep_pp, iedp)
+        intra_opt = Concat(tp_ep_pp, cfg.intra_partial_expert_data_parallel_size)
     simple("intra_dist_opt", "INTRA_DISTRIBUTED_OPTIMIZER_INSTANCE_GROUP", intra_opt)
 
     # (ag_after_init) create_all_gather_groups(for_expert_parallelism=ep > 1), after init.
     if prof.ag_after_init and cfg.create_all_gather_group:
         loops.extend(all_gather_loops_after_init(cfg, prof.name))
     return loops
+
+
+def _dp_cp_loops(cfg: ParallelismConfig, prof: Profile, dense: Grid,
+                 gloo: bool) -> list[Loop]:
+    """DP-with-CP with its AG twin (``ag_in_init``), its Gloo twin and the partial-DP
+    groups of each instance; then the hybrid DP-CP groups."""
+    nccl, n = "nccl", cfg.num_distributed_optimizer_instances
+    dp_cp = Ortho(dense, "dp-cp")
+    first = [Entry("dp_cp", "DATA_PARALLEL_GROUP_WITH_CP", nccl, dp_cp)]
+    if prof.ag_in_init and cfg.create_all_gather_group:
+        first.append(Entry("dp_cp_ag", "DATA_PARALLEL_GROUP_WITH_CP_AG", nccl, dp_cp))
+    first.extend(_gloo(gloo, "dp_cp", "DATA_PARALLEL_GROUP_WITH_CP", dp_cp))
+    steps = [Step(1, tuple(first))]
+    if n > 1:
+        intra = Chunks(dp_cp, cfg.intra_partial_data_parallel_size)
+        desc = "INTRA_PARTIAL_DATA_PARALLEL_GROUP_WITH_CP"
+        steps.append(Step(n, (Entry("intra_dp_cp", desc, nccl, intra),)
+                          + _gloo(gloo, "intra_dp_cp", desc, intra)))
+    loops = [Loop(dp_cp.n_groups, tuple(steps))]
+    if cfg.hybrid_context_parallel:
+        size = cfg.data_parallel_size_with_cp
+        loops.append(Loop(dp_cp.n_groups, tuple(
+            Step(size // s, (Entry(f"hybrid_dp_cp_{s}", f"HYBRID_DP_CP_GROUP_{s}", nccl,
+                                   Chunks(dp_cp, s)),)) for s in hybrid_chunk_sizes(size))))
+    return loops
+
+
+def _cp_loop(cfg: ParallelismConfig, dense: Grid) -> Loop:
+    """CP groups, each followed by its hierarchical sub-groups."""
+    cp = Ortho(dense, "cp")
+    steps = [Step(1, (Entry("cp", "CONTEXT_PARALLEL_GROUP", "nccl", cp),))]
+    hcp = cfg.hierarchical_context_parallel_sizes or ()
+    for lvl in range(len(hcp)):
+        src = Hierarchical(cp, tuple(hcp), lvl)
+        steps.append(Step(src.per_parent, (Entry(
+            f"hcp_l{lvl}", _hier_descs("CONTEXT_PARALLEL_GROUP", lvl, False), "nccl", src),)))
+    return Loop(cp.n_groups, tuple(steps))
+
+
+def _expert_dp_loop(cfg: ParallelismConfig, expert: Grid, gloo: bool) -> Loop:
+    """Expert DP (and its Gloo twin), each followed by its intra/inter-instance groups."""
+    n = cfg.num_distributed_optimizer_instances
+    ep_dp = Ortho(expert, "dp")
+    steps = [Step(1, (Entry("ep_dp", "EXPERT_DATA_PARALLEL_GROUP", "nccl", ep_dp),)
+                  + _gloo(gloo, "ep_dp", "EXPERT_DATA_PARALLEL_GROUP", ep_dp))]
+    if n > 1:
+        iedp = cfg.intra_partial_expert_data_parallel_size
+        for lvl, kind in ((0, "intra_ep_dp"), (1, "inter_ep_dp")):
+            src = Hierarchical(ep_dp, (iedp, n), lvl)
+            entries: tuple[Entry, ...] = (Entry(
+                kind, _hier_descs("EXPERT_DATA_PARALLEL_GROUP", lvl, False), "nccl", src),)
+            if gloo:
+                entries += (Entry(f"{kind}_gloo",
+                                  _hier_descs("EXPERT_DATA_PARALLEL_GROUP", lvl, True), "gloo",
+                                  src),)
+            steps.append(Step(src.per_parent, entries))
+    return Loop(ep_dp.n_groups, tuple(steps))
 
 
 def hybrid_chunk_sizes(dp_cp: int) -> list[int]:

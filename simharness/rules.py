@@ -101,7 +101,7 @@ def _sizes(cfg: ParallelismConfig, expert: bool, gtp_axis: bool) -> dict[str, in
 
 def _generator_order(f: Facts, expert: bool) -> str:
     """The order string the generator is given (0.19 injects ``gtp_remat``)."""
-    order = f.cfg.order
+    order = f.cfg.order_resolved
     return inject_gtp(order, after="ep" if expert else "tp") if f.gtp_axis else order
 
 
@@ -171,8 +171,9 @@ def _phase_tokens(f: Facts, phase: int) -> list[tuple[bool, str, bool]]:
 
 def _ranks_verdict(f: Facts, phase: int) -> Verdict | None:
     """Every rank Megatron passes to ``new_group`` in ``phase`` is in the torch world."""
-    cfg, world, top = f.cfg, f.cfg.world_size, f.torch_world
-    if not _repeats(cfg.order):  # the groups are the window's: only the window can overflow
+    cfg, world, top = f.cfg, f.cfg.world_size_resolved, f.torch_world
+    repeated = repeated_tokens(cfg.order_resolved)
+    if not repeated:  # the groups are the window's: only the window can overflow
         if phase == 1 and cfg.rank_offset + world > top:
             phase_tokens = _phase_tokens(f, 1)[:1]
         else:
@@ -196,12 +197,12 @@ def _ranks_verdict(f: Facts, phase: int) -> Verdict | None:
                 vals: dict[str, Any] = {"rank_offset": cfg.rank_offset, "world_size": world,
                                         "torch_world": top}
             else:
-                msg = (f"order {cfg.order!r} repeats {', '.join(map(repr, _repeats(cfg.order)))}: "
+                msg = (f"order {cfg.order!r} repeats {', '.join(map(repr, repeated))}: "
                        f"Megatron's RankGenerator keeps one size per occurrence, so its "
                        f"{'expert' if expert else 'dense'} '{token}' groups reach rank "
                        f"{int(lists.max())} (torch world {top}; Megatron: 'ValueError: {said}' "
                        f"from new_group); name each dimension once, e.g. {DEFAULT_ORDER!r}.")
-                vals = {"order": cfg.order, "repeated": _repeats(cfg.order)}
+                vals = {"order": cfg.order, "repeated": repeated}
             return Verdict(False, f"'{token}' ranks < torch world {top}", msg, vals)
     return None
 
@@ -220,7 +221,12 @@ def _new_group_error(lists: np.ndarray, top: int) -> str | None:
     return f"Rank {int(row[row >= top].min())} is out of range"
 
 
-def _repeats(order: str) -> list[str]:
+def repeated_tokens(order: str) -> list[str]:
+    """The tokens ``order`` names more than once, sorted.
+
+    >>> repeated_tokens("tp-dp-TP-pp-dp"), repeated_tokens("tp-cp-ep-dp-pp")
+    (['dp', 'tp'], [])
+    """
     tokens = order.lower().split("-")
     return sorted({t for t in tokens if tokens.count(t) > 1})
 
@@ -241,7 +247,7 @@ def _gtp_needs_019(f: Facts) -> Verdict | None:
 @_rule("world-covers-pipeline", "the world has at least one rank per pipeline stage",
        "RuntimeError", NEMO)
 def _world_covers_pipeline(f: Facts) -> Verdict:
-    W, pp = f.cfg.world_size, f.cfg.pp
+    W, pp = f.cfg.world_size_resolved, f.cfg.pp
     # NeMo's ValueError comes first in a NeMo run; megatron-core alone raises RuntimeError
     # here (W < pp means W is not divisible by tp*pp*cp).
     return Verdict(pp <= W, f"world >= pp: {W} >= {pp}", (
@@ -324,7 +330,7 @@ def expert_formula(c: ParallelismConfig) -> tuple[str, str]:
        "RuntimeError")
 def _world_divisible(f: Facts) -> Verdict:
     c = f.cfg
-    W, m = c.world_size, c.model_size
+    W, m = c.world_size_resolved, c.model_size
     form = model_formula(c)[0]
     gtp = f"*gtp_remat({c.gtp_remat_size})" if c.gtp_remat_size > 1 else ""
     return Verdict(W % m == 0, f"world % ({form}) = {W} % {m} = {W % m}", (
@@ -355,7 +361,7 @@ def _order_dense(f: Facts) -> Verdict:
        "etp*ep*pp(*egtp)", "RuntimeError")
 def _world_divisible_expert(f: Facts) -> Verdict:
     c = f.cfg
-    W, m = c.world_size, c.expert_model_size
+    W, m = c.world_size_resolved, c.expert_model_size
     form = expert_formula(c)[0]
     return Verdict(W % m == 0, f"world % ({form}) = {W} % {m} = {W % m}", (
         f"world_size ({W}) is not divisible by expert_tensor_model_pipeline_parallel size "
@@ -390,7 +396,7 @@ def _pp_last(f: Facts) -> Verdict | None:
        "AssertionError")
 def _same_pipeline_groups(f: Facts) -> Verdict | None:
     c = f.cfg
-    W = c.world_size
+    W = c.world_size_resolved
     grids = [_megatron_grid(f, expert) for expert in (False, True)]
     for side, grid in enumerate(grids):
         full = math.prod(_sizes(c, bool(side), f.gtp_axis).values())
@@ -403,7 +409,7 @@ def _same_pipeline_groups(f: Facts) -> Verdict | None:
                 f"(Megatron: AssertionError 'idx ... with shape ... mismatch the return idx' "
                 f"in the first get_ranks call); add 'tp' to the order, e.g. {DEFAULT_ORDER!r}."),
                 {"order": c.order})
-    if c.pp == 1 and not _repeats(c.order):
+    if c.pp == 1 and not repeated_tokens(c.order_resolved):
         return None
     dense_pp, expert_pp = (_megatron_lists(g, "pp", W) for g in grids)
     same = dense_pp.shape == expert_pp.shape and bool(np.array_equal(dense_pp, expert_pp))
@@ -435,9 +441,8 @@ def _ranks_rule(phase: int, what: str):
         if bad is not None:
             return bad
         if phase == 1:
-            c = f.cfg
-            return Verdict(True, f"rank_offset + world_size = {c.rank_offset + c.world_size} "
-                           f"<= world {f.torch_world}")
+            end = f.cfg.rank_offset + f.cfg.world_size_resolved
+            return Verdict(True, f"rank_offset + world_size = {end} <= world {f.torch_world}")
         return None
     return _ranks
 
@@ -560,27 +565,29 @@ def _all_gather_in_world(f: Facts) -> Verdict | None:
        None, SIMHARNESS)
 def _repeated_token_groups(f: Facts) -> Verdict | None:
     c = f.cfg
-    if not _repeats(c.order):
+    repeated = repeated_tokens(c.order_resolved)
+    if not repeated:
         return None
+    last = c.rank_offset + c.world_size_resolved - 1
     grids = {e: _megatron_grid(f, e) for e in (False, True)}
     ours = {False: Grid.dense(c, gtp_token=f.gtp_axis), True: Grid.expert(c, gtp_token=f.gtp_axis)}
     for phase in range(1, 6):
         for expert, token, _ in _phase_tokens(f, phase):
-            lists = _megatron_lists(grids[expert], token, c.world_size)
+            lists = _megatron_lists(grids[expert], token, c.world_size_resolved)
             if not np.array_equal(lists, ours[expert].groups(token)[: len(lists)]):
                 return Verdict(False, f"'{token}' groups with and without the repeat differ", (
-                    f"order {c.order!r} repeats {', '.join(map(repr, _repeats(c.order)))}: "
+                    f"order {c.order!r} repeats {', '.join(map(repr, repeated))}: "
                     f"Megatron accepts it here (torch world {f.torch_world}) but its "
                     f"{'expert' if expert else 'dense'} '{token}' groups do not partition ranks "
-                    f"{c.rank_offset}..{c.rank_offset + c.world_size - 1}; simharness does not "
+                    f"{c.rank_offset}..{last}; simharness does not "
                     f"model that. Name each dimension once, e.g. {DEFAULT_ORDER!r}."),
-                    {"order": c.order, "repeated": _repeats(c.order)}, megatron_accepts=True)
+                    {"order": c.order, "repeated": repeated}, megatron_accepts=True)
     return Verdict(True, "the repeat changes no group")
 
 
 # ------------------------------------------------------------------- evaluation
 def _facts(cfg: ParallelismConfig, mcore: str, world: int | None) -> Facts:
-    top = cfg.rank_offset + cfg.world_size if world is None else int(world)
+    top = cfg.rank_offset + cfg.world_size_resolved if world is None else int(world)
     return Facts(cfg, get_profile(mcore), top)
 
 

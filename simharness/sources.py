@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import Optional
+from itertools import pairwise
 
 import numpy as np
 
@@ -27,10 +27,15 @@ from .grid import RANK_DTYPE, Grid
 
 
 class GroupSource:
-    """Base: subclasses set ``n_groups``, ``group_size`` and the three operations."""
+    """Base: subclasses define ``n_groups``, ``group_size`` and the three operations."""
 
-    n_groups: int
-    group_size: int
+    @property
+    def n_groups(self) -> int:  # pragma: no cover - abstract
+        raise NotImplementedError
+
+    @property
+    def group_size(self) -> int:  # pragma: no cover - abstract
+        raise NotImplementedError
 
     def array(self) -> np.ndarray:
         cached = self.__dict__.get("_array")
@@ -43,7 +48,7 @@ class GroupSource:
     def _build(self) -> np.ndarray:  # pragma: no cover - abstract
         raise NotImplementedError
 
-    def locate(self, rank: int) -> Optional[tuple[int, int]]:  # pragma: no cover
+    def locate(self, rank: int) -> tuple[int, int] | None:  # pragma: no cover
         raise NotImplementedError
 
     def members(self, g: int) -> np.ndarray:
@@ -64,7 +69,7 @@ class GroupSource:
         rows = [self._members(int(g)) for g in groups]
         return np.stack(rows) if rows else np.zeros((0, self.group_size), dtype=RANK_DTYPE)
 
-    def group_of(self, rank: int) -> Optional[np.ndarray]:
+    def group_of(self, rank: int) -> np.ndarray | None:
         loc = self.locate(rank)
         return None if loc is None else self.members(loc[0])
 
@@ -277,7 +282,7 @@ class Pick(GroupSource):
     @property
     def sorted_members(self) -> bool:
         res = self.resolved
-        return self.parent.sorted_members and all(a < b for a, b in zip(res, res[1:]))
+        return self.parent.sorted_members and all(a < b for a, b in pairwise(res))
 
 
 @dataclass(frozen=True, eq=False)
@@ -326,6 +331,11 @@ class Fixed(GroupSource):
 
     data: np.ndarray
     world: range = field(default=range(0))
+    # Set by __post_init__: (group, position) per rank of the world (-1: in no group) and
+    # {rank outside the world: (group, position)}; whether every group ascends.
+    _inverse: tuple[np.ndarray, np.ndarray, dict[int, tuple[int, int]]] = field(
+        init=False, repr=False)
+    _sorted: bool = field(init=False, repr=False)
 
     def __post_init__(self):
         arr = np.asarray(self.data, dtype=RANK_DTYPE)
@@ -347,7 +357,7 @@ class Fixed(GroupSource):
         idx = np.flatnonzero(inside)[::-1]  # reversed: the first occurrence wins
         inv_g[flat[idx]] = g_of[idx]
         inv_p[flat[idx]] = p_of[idx]
-        outside = {}
+        outside: dict[int, tuple[int, int]] = {}
         for i in np.flatnonzero(~inside)[::-1]:
             outside[int(flat[i]) + start] = (int(g_of[i]), int(p_of[i]))
         object.__setattr__(self, "_inverse", (inv_g, inv_p, outside))

@@ -9,7 +9,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import types
-from typing import Any, Optional
+from typing import Any
 from unittest import mock
 
 import pytest
@@ -42,6 +42,21 @@ def test_smallest_world():
     # grown until the instances divide dp*cp and the expert dp
     assert ParallelismConfig(tensor_model_parallel_size=2,
                              num_distributed_optimizer_instances=4).world_size == 8
+
+
+def test_resolved_fields_are_the_constructed_values():
+    # world_size=None and order=None are filled in at construction; the typed
+    # *_resolved views return exactly those values (also without validation).
+    for validate in (True, False):
+        cfg = ParallelismConfig(tensor_model_parallel_size=2, pipeline_model_parallel_size=2,
+                                use_tp_pp_dp_mapping=True, _validate=validate)
+        assert (cfg.world_size_resolved, cfg.order_resolved) == (4, TP_PP_DP_ORDER)
+        assert (cfg.world_size, cfg.order) == (4, TP_PP_DP_ORDER)
+    # A None that escaped construction is a bug, reported as one, not a TypeError later.
+    broken = ParallelismConfig(world_size=4)
+    object.__setattr__(broken, "world_size", None)
+    with pytest.raises(AssertionError, match="world_size was not resolved"):
+        _ = broken.data_parallel_size
 
 
 def test_use_tp_pp_dp_mapping_and_replace():
@@ -77,7 +92,8 @@ def test_from_dict_unknown_key_suggests():
     with pytest.raises(LayoutError) as info:
         ParallelismConfig.from_dict({"tensor_model_paralel_size": 2})
     msg = str(info.value)
-    assert "'tensor_model_paralel_size'" in msg and "did you mean 'tensor_model_parallel_size'" in msg
+    assert "'tensor_model_paralel_size'" in msg
+    assert "did you mean 'tensor_model_parallel_size'" in msg
 
 
 # ------------------------------------------------------------ from_object
@@ -94,7 +110,7 @@ class NemoParallelismConfig:
 
     tensor_model_parallel_size: int
     pipeline_model_parallel_size: int
-    virtual_pipeline_model_parallel_size: Optional[int]
+    virtual_pipeline_model_parallel_size: int | None
     microbatch_group_size_per_vp_stage: int
     context_parallel_size: int
     sequence_parallel: bool
@@ -103,8 +119,8 @@ class NemoParallelismConfig:
     pipeline_dtype: Any
     encoder_tensor_model_parallel_size: int = 0
     encoder_pipeline_model_parallel_size: int = 0
-    pipeline_model_parallel_comm_backend: Optional[str] = None
-    expert_tensor_parallel_size: Optional[int] = None
+    pipeline_model_parallel_comm_backend: str | None = None
+    expert_tensor_parallel_size: int | None = None
     use_tp_pp_dp_mapping: bool = False
     num_distributed_optimizer_instances: int = 1
     use_sharp: bool = False
@@ -224,7 +240,8 @@ def test_world_smaller_than_pp_keeps_nemo_error():
         ParallelismConfig(world_size=2, pipeline_model_parallel_size=4)
     assert info.value.megatron_error == "RuntimeError"
     assert info.value.values["nemo_error"] == "ValueError"
-    assert "Expected world_size (2) to be greater than/equal to pipeline size (4)" in str(info.value)
+    expected = "Expected world_size (2) to be greater than/equal to pipeline size (4)"
+    assert expected in str(info.value)
 
 
 @pytest.mark.parametrize("kwargs", [
