@@ -3,7 +3,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 TORCH_PIN := torch==2.13.0
 
-.PHONY: demo test fetch-mcore setup setup-test bench clean
+.PHONY: demo test lint fetch-mcore setup setup-test bench clean
 
 $(VENV)/.base: pyproject.toml
 	test -x $(PY) || python3 -m venv $(VENV)
@@ -14,6 +14,10 @@ $(VENV)/.base: pyproject.toml
 
 $(VENV)/.test: $(VENV)/.base
 	$(PY) -m pip install -q -e '.[test]'
+	touch $@
+
+$(VENV)/.lint: $(VENV)/.base
+	$(PY) -m pip install -q -e '.[lint]'
 	touch $@
 
 setup: $(VENV)/.base
@@ -29,6 +33,9 @@ test: $(VENV)/.test
 
 # The pinned megatron-core wheels' parallel_state.py (0.17.1, 0.18.2, 0.19.2) into .cache/;
 # exits non-zero, with the reason, when one cannot be had.
+lint: $(VENV)/.lint
+	PYTHON=$(PY) scripts/lint.sh
+
 fetch-mcore: $(VENV)/.test
 	$(PY) tests/megatron_harness.py
 

@@ -18,9 +18,10 @@ SHARP is never used (it needs CUDA).
 from __future__ import annotations
 
 import inspect
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import timedelta
-from typing import Any, Callable
+from typing import Any
 
 from ..config import DEFAULT_MCORE
 from ..errors import SimharnessError
@@ -90,7 +91,7 @@ def check_megatron(layout: Layout, backend: str) -> tuple[str, str]:
                               "InfiniBand SHARP); turn use_sharp off for the replay.")
     if cfg.rank_offset:
         raise SimharnessError(f"rank_offset={cfg.rank_offset}: a replay runs ranks "
-                              f"0..{cfg.world_size - 1}; use rank_offset 0.")
+                              f"0..{cfg.world_size_resolved - 1}; use rank_offset 0.")
     if cfg.nccl_communicator_config_path:
         raise SimharnessError("nccl_communicator_config_path is not replayed; drop it (NCCL "
                               "options do not change the groups).")
@@ -113,6 +114,7 @@ def init_kwargs(layout: Layout, ps: Any, timeout_s: float) -> dict[str, Any]:
         if name in ("get_embedding_ranks", "get_position_embedding_ranks", "local_world_size",
                     "nccl_communicator_config_path"):
             continue
+        value: Any
         if name == "create_gloo_process_groups":
             value = cfg.use_gloo_process_groups
         elif name == "distributed_timeout_minutes":
@@ -161,7 +163,7 @@ def run_megatron(layout: Layout, rank: int, backend: str, timeout_s: float,
     def recording_new_group(*args, **kwargs):
         names = ("ranks", "timeout", "backend", "pg_options", "use_local_synchronization",
                  "group_desc")
-        call = dict(zip(names, args))
+        call = dict(zip(names, args, strict=False))  # args may stop early
         call.update(kwargs)
         ranks = list(call.get("ranks") or [])
         given = call.get("backend")
@@ -217,7 +219,8 @@ def compare_log(layout: Layout, log: list[LoggedGroup], rank: int) -> tuple[list
             aligned = False
             if len(out) < 32:
                 out.append({"check": "creation_order", "rank": rank, "kind": gc.kind, "group": g,
-                            "index": i, "desc": gc.desc, "expected": [gc.desc, list(gc.ranks), gc.backend],
+                            "index": i, "desc": gc.desc,
+                            "expected": [gc.desc, list(gc.ranks), gc.backend],
                             "actual": [e.desc, e.ranks, meg_backend],
                             "message": f"new_group call {i}: the plan creates {gc.kind} group "
                                        f"{g} {gc.desc} {list(gc.ranks)} ({gc.backend}); Megatron "
