@@ -1,4 +1,4 @@
-"""Every published point of tests/data/nccl_calibration.toml against the model.
+"""Every published point of topologies/calibration/nccl_calibration.toml against the model.
 
 Targets (issue 8): busbw within +-15 %, time within 1.5x. Points the model misses
 carry a ``known_miss`` reason in the data file and are strict xfails here: they
