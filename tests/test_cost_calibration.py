@@ -52,7 +52,7 @@ def test_the_data_set_covers_the_sweep_and_keeps_fit_and_heldout_apart():
 def test_the_data_set_is_package_data_not_tests():
     # An installed wheel has no tests/: the library reads the file shipped with the
     # topologies (tests/test_wheel.py loads it from an installed wheel).
-    assert DEFAULT_PATH == topology_dir() / "calibration" / "nccl_calibration.toml"
+    assert topology_dir() / "calibration" / "nccl_calibration.toml" == DEFAULT_PATH
     assert "tests" not in DEFAULT_PATH.parts and DEFAULT_PATH.is_file()
 
 
