@@ -2,7 +2,7 @@
 
     PYTHONPATH=. python bench/bench_cost.py [--heldout] [--sweep] [FILE]
 
-One row per point of tests/data/nccl_calibration.toml (or FILE, e.g. what
+One row per point of topologies/calibration/nccl_calibration.toml (or FILE, e.g. what
 ``bench/bench_replay.py --gpu`` wrote): measured, predicted, ratio
 (predicted / measured), NCCL's pick, and whether it is within the issue-8
 target (busbw +-15 %, time 1.5x). The summary is over held-out points only

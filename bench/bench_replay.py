@@ -14,7 +14,7 @@ one all_gather per group, the all-gather group checks), overlap probe, results
 ``--gpu``: an nccl-tests-style sweep through torch.distributed on NCCL, one GPU
 per rank (all-reduce, all-gather, reduce-scatter, 1 KB .. 8 GB; and a
 reduce-scatter + all-gather issued together on one communicator vs two),
-written to FILE in the calibration format of tests/data/nccl_calibration.toml
+written to FILE in the calibration format of topologies/calibration/nccl_calibration.toml
 and compared with the cost model (bench/bench_cost.py FILE does the same). It
 has not been run on GPUs in this repository's development.
 """

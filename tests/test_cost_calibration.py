@@ -1,4 +1,4 @@
-"""Every published point of tests/data/nccl_calibration.toml against the model.
+"""Every published point of topologies/calibration/nccl_calibration.toml against the model.
 
 Targets (issue 8): busbw within +-15 %, time within 1.5x. Points the model misses
 carry a ``known_miss`` reason in the data file and are strict xfails here: they
@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import pytest
 
-from simharness.topology import TopologyError
+from simharness.topology import TopologyError, topology_dir
 from simharness.topology.calibration import (
     BW_TOLERANCE,
     DEFAULT_PATH,
@@ -47,6 +47,13 @@ def test_the_data_set_covers_the_sweep_and_keeps_fit_and_heldout_apart():
     assert {p.metric for p in held} == {"busbw", "time_us"}
     assert all(p.source.startswith("https://github.com/") for p in POINTS)
     assert len({p.id for p in POINTS}) == len(POINTS)
+
+
+def test_the_data_set_is_package_data_not_tests():
+    # An installed wheel has no tests/: the library reads the file shipped with the
+    # topologies (tests/test_wheel.py loads it from an installed wheel).
+    assert topology_dir() / "calibration" / "nccl_calibration.toml" == DEFAULT_PATH
+    assert "tests" not in DEFAULT_PATH.parts and DEFAULT_PATH.is_file()
 
 
 def test_the_model_picks_what_the_threads_report():

@@ -77,9 +77,10 @@ def wheel(tmp_path_factory) -> Path:
 def test_wheel_ships_the_topologies_and_no_top_level_cli(wheel):
     names = zipfile.ZipFile(wheel).namelist()
     shipped = sorted(Path(n).stem for n in names
-                     if n.startswith("simharness/topologies/") and n.endswith(".toml"))
+                     if Path(n).parent == Path("simharness/topologies") and n.endswith(".toml"))
     assert shipped == sorted(p.stem for p in (ROOT / "topologies").glob("*.toml"))
     assert "simharness/topologies/README.md" in names
+    assert "simharness/topologies/calibration/nccl_calibration.toml" in names
     top = {n.split("/")[0] for n in names if not n.split("/")[0].endswith(".dist-info")}
     assert top == {"simharness"}, top  # no cli.py (nor anything else) at the top level
     # Every package of the source tree is listed in pyproject.toml's packages.
@@ -108,6 +109,11 @@ def test_installed_wheel_lists_topologies_and_checks(wheel, tmp_path):
                    "--tp", "8"], cwd=tmp_path, check=False)
     assert placed.returncode == 0, placed.stderr
     assert _run([python, "-c", "import cli"], cwd=tmp_path, check=False).returncode != 0
+    # The calibration data set is package data, read without the source tree's tests/.
+    cal = _run([python, "-c", "from simharness.topology.calibration import DEFAULT_PATH, "
+                "load_points; print(DEFAULT_PATH); print(len(load_points()))"],
+               cwd=tmp_path).stdout.split()
+    assert cal[0].startswith(str(tmp_path / "venv")) and int(cal[1]) > 0, cal
 
 
 def test_editable_install_reads_the_checkout_topologies(tmp_path):

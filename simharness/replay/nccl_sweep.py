@@ -6,7 +6,7 @@ over a size sweep the way nccl-tests does (warm-up, then the mean of ``iters``
 back-to-back calls, the slowest rank's time), and times a reduce-scatter and an
 all-gather issued together on one communicator and on two (the
 ``create_all_gather_group`` question). ``to_toml`` writes the results in the
-format of ``tests/data/nccl_calibration.toml`` (``split = "measured"``), so
+format of ``topologies/calibration/nccl_calibration.toml`` (``split = "measured"``), so
 ``bench/bench_cost.py FILE`` compares them with the model.
 
 It has never run on NCCL GPUs in this repository's development (no GPU was

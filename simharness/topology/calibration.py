@@ -1,7 +1,8 @@
 """Published NCCL measurements and the model's prediction for each.
 
-The data set lives in ``tests/data/nccl_calibration.toml`` (format in its
-header); ``bench/bench_cost.py`` prints the table, the tests check every
+The data set ships as package data, ``topologies/calibration/nccl_calibration.toml``
+(read through :func:`~.loader.topology_dir`, so an installed wheel finds it; format in
+its header); ``bench/bench_cost.py`` prints the table, the tests check every
 point (busbw within ``BW_TOLERANCE``, time within ``TIME_FACTOR``), and
 ``bench/bench_replay.py --gpu`` writes measured points in the same format.
 
@@ -28,9 +29,9 @@ else:  # Python 3.10: the tomli backport, a dependency there
 
 from .cost import predict
 from .errors import TopologyError
-from .loader import load_cluster
+from .loader import load_cluster, topology_dir
 
-DEFAULT_PATH = Path(__file__).resolve().parents[2] / "tests" / "data" / "nccl_calibration.toml"
+DEFAULT_PATH = topology_dir() / "calibration" / "nccl_calibration.toml"
 BW_TOLERANCE = 0.15   # issue 8: +-15 % on bandwidth
 TIME_FACTOR = 1.5     # issue 8: within 1.5x on latency
 _FIELDS = {"id", "source", "note", "nccl", "gpu", "collective", "algo", "size", "topology",
