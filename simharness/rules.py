@@ -630,29 +630,25 @@ def _repeated_token_groups(f: Facts) -> Verdict | None:
     window = np.arange(c.rank_offset, c.rank_offset + c.world_size_resolved)
     grids = {e: _megatron_grid(f, e) for e in (False, True)}
     ours = {False: Grid.dense(c, gtp_token=f.gtp_axis), True: Grid.expert(c, gtp_token=f.gtp_axis)}
-    differ = []
+    differ = []  # (expert, token, Megatron's lists, job ranks left out, ranks past the job)
     for phase in range(1, 6):
         for expert, token, _ in _phase_tokens(f, phase):
             lists = _megatron_lists(grids[expert], token, c.world_size_resolved)
-            if np.array_equal(lists, ours[expert].groups(token)[: len(lists)]):
-                continue
-            missing = np.setdiff1d(window, lists).tolist()
-            differ.append((expert, token, lists, missing, np.setdiff1d(lists, window).tolist()))
-            if missing:
-                break
-        if differ and differ[-1][3]:
-            break
+            if not np.array_equal(lists, ours[expert].groups(token)[: len(lists)]):
+                differ.append((expert, token, lists, np.setdiff1d(window, lists).tolist(),
+                               np.setdiff1d(lists, window).tolist()))
     if not differ:
         return Verdict(True, "the repeat changes no group")
-    expert, token, lists, missing, outside = differ[-1]
+    expert, token, lists, missing, outside = next((d for d in differ if d[3]), differ[0])
     shown = lists.tolist() if lists.size <= 32 else f"{lists[:2].tolist()}..."
     return Verdict(False, f"'{token}' groups with and without the repeat differ", (
         f"order {c.order!r} repeats {', '.join(map(repr, repeated))}: Megatron accepts it "
         f"here (torch world {f.torch_world}) but its {'expert' if expert else 'dense'} "
         f"'{token}' groups {shown} leave job rank(s) {missing} in no group and take in "
-        f"rank(s) {outside} outside the job's ranks {window[0]}..{window[-1]} (a getter on "
-        f"those job ranks then raises AssertionError); simharness does not model groups that "
-        f"do not partition the job. Name each dimension once, e.g. {DEFAULT_ORDER!r}."),
+        f"rank(s) {outside} outside the job's ranks {window[0]}..{window[-1]} (Megatron's "
+        f"getter on a job rank left out raises AssertionError); simharness does not model "
+        f"groups that do not partition the job. Name each dimension once, e.g. "
+        f"{DEFAULT_ORDER!r}."),
         {"order": c.order, "repeated": repeated, "missing": missing, "outside": outside},
         megatron_accepts=True)
 
