@@ -560,29 +560,97 @@ def _all_gather_in_world(f: Facts) -> Verdict | None:
                    f"<= torch world {f.torch_world}")
 
 
+def _ag_reads(f: Facts) -> list[tuple[bool, str, str, str]]:
+    """``(expert, token, getter, Megatron's exception)`` of the groups that 0.18+'s
+    ``create_all_gather_groups(for_expert_parallelism=ep > 1)`` reads on its rank, in
+    its order: ``is_initialized()`` (the DP group, else RuntimeError), then the size
+    getters, which assert their group exists."""
+    c = f.cfg
+    g = "gtp_remat-" if f.gtp_axis and c.gtp_remat_size > 1 else ""
+    eg = "gtp_remat-" if f.gtp_axis and c.expert_gtp_remat_size > 1 else ""
+    reads = [(False, "dp", "is_initialized", "RuntimeError"),
+             (False, "pp", "get_pipeline_model_parallel_world_size", "AssertionError"),
+             (False, "cp", "get_context_parallel_world_size", "AssertionError"),
+             (False, "tp", "get_tensor_model_parallel_world_size", "AssertionError"),
+             (True, "ep", "get_expert_model_parallel_world_size", "AssertionError"),
+             (False, f"{g}dp", "get_data_parallel_world_size", "AssertionError")]
+    if c.ep > 1:  # a missing expert TP group is not asserted (the size becomes None): stop
+        reads += [(True, "tp", "get_expert_tensor_parallel_world_size", ""),
+                  (True, f"{eg}dp", "get_expert_data_parallel_world_size", "AssertionError")]
+    return reads
+
+
+@_rule("all-gather-job-ranks", "0.18+: with a repeated order token, every job rank has the "
+       "groups create_all_gather_groups() reads (Megatron's kept groups may leave job ranks "
+       "out)", "AssertionError")
+def _all_gather_job_ranks(f: Facts) -> Verdict | None:
+    """E.g. order ``tp-cp-ep-cp-pp-dp``, cp=2, dp=2, 4 job ranks of a 12-rank world:
+    Megatron's DP groups are [0, 4], [1, 5], so job rank 2 has none and its
+    ``create_all_gather_groups()`` raises RuntimeError ('requires parallel state to be
+    initialized')."""
+    c = f.cfg
+    if not (c.create_all_gather_group and f.profile.ag_after_init
+            and repeated_tokens(c.order_resolved)):
+        return None
+    W = c.world_size_resolved
+    window = np.arange(c.rank_offset, c.rank_offset + W)
+    grids = {e: _megatron_grid(f, e) for e in (False, True)}
+    first: tuple[int, str, str, str] | None = None  # (rank, token, getter, error)
+    for expert, token, getter, error in _ag_reads(f):
+        lacking = window[~np.isin(window, _megatron_lists(grids[expert], token, W))]
+        if lacking.size and (first is None or int(lacking[0]) < first[0]):
+            first = (int(lacking[0]), f"{'expert ' if expert else ''}{token}", getter, error)
+    if first is None:
+        return Verdict(True, "every job rank has the groups create_all_gather_groups() reads")
+    rank, token, getter, error = first
+    if not error:  # what Megatron does next is not modelled: leave it to the next rule
+        return None
+    return Verdict(False, f"job rank {rank} has a '{token}' group", (
+        f"order {c.order!r} repeats {', '.join(map(repr, repeated_tokens(c.order_resolved)))}: "
+        f"Megatron keeps groups that leave job rank {rank} without a {token!r} group, so "
+        f"create_all_gather_groups() fails there in {getter}() (Megatron: {error}); name "
+        f"each dimension once, e.g. {DEFAULT_ORDER!r}, or turn the all-gather option off."),
+        {"order": c.order, "failing_rank": rank}, error)
+
+
 @_rule("repeated-token-groups", "a repeated order token changes no group (simharness "
-       "models only that; Megatron accepts any repeat whose ranks stay in the torch world)",
+       "models only that; Megatron accepts any repeat whose ranks stay in the torch world, "
+       "and then some of its groups leave job ranks out and take in ranks past the job)",
        None, SIMHARNESS)
 def _repeated_token_groups(f: Facts) -> Verdict | None:
+    """Megatron keeps the first ``world // size`` groups of a generator that a repeat has
+    made larger than the job; whenever they differ from the job's groups some kind leaves
+    job ranks without a group and puts ranks past the window in one (e.g. order
+    ``pp-cp-ep-pp-tp-dp``, pp=2, dp=2, 4 ranks in a 7-rank world: DP groups [0, 4], [1, 5],
+    ranks 2 and 3 in none). simharness's kinds partition the job's ranks, so it rejects."""
     c = f.cfg
     repeated = repeated_tokens(c.order_resolved)
     if not repeated:
         return None
-    last = c.rank_offset + c.world_size_resolved - 1
+    window = np.arange(c.rank_offset, c.rank_offset + c.world_size_resolved)
     grids = {e: _megatron_grid(f, e) for e in (False, True)}
     ours = {False: Grid.dense(c, gtp_token=f.gtp_axis), True: Grid.expert(c, gtp_token=f.gtp_axis)}
+    differ = []  # (expert, token, Megatron's lists, job ranks left out, ranks past the job)
     for phase in range(1, 6):
         for expert, token, _ in _phase_tokens(f, phase):
             lists = _megatron_lists(grids[expert], token, c.world_size_resolved)
             if not np.array_equal(lists, ours[expert].groups(token)[: len(lists)]):
-                return Verdict(False, f"'{token}' groups with and without the repeat differ", (
-                    f"order {c.order!r} repeats {', '.join(map(repr, repeated))}: "
-                    f"Megatron accepts it here (torch world {f.torch_world}) but its "
-                    f"{'expert' if expert else 'dense'} '{token}' groups do not partition ranks "
-                    f"{c.rank_offset}..{last}; simharness does not "
-                    f"model that. Name each dimension once, e.g. {DEFAULT_ORDER!r}."),
-                    {"order": c.order, "repeated": repeated}, megatron_accepts=True)
-    return Verdict(True, "the repeat changes no group")
+                differ.append((expert, token, lists, np.setdiff1d(window, lists).tolist(),
+                               np.setdiff1d(lists, window).tolist()))
+    if not differ:
+        return Verdict(True, "the repeat changes no group")
+    expert, token, lists, missing, outside = next((d for d in differ if d[3]), differ[0])
+    shown = lists.tolist() if lists.size <= 32 else f"{lists[:2].tolist()}..."
+    return Verdict(False, f"'{token}' groups with and without the repeat differ", (
+        f"order {c.order!r} repeats {', '.join(map(repr, repeated))}: Megatron accepts it "
+        f"here (torch world {f.torch_world}) but its {'expert' if expert else 'dense'} "
+        f"'{token}' groups {shown} leave job rank(s) {missing} in no group and take in "
+        f"rank(s) {outside} outside the job's ranks {window[0]}..{window[-1]} (Megatron's "
+        f"getter on a job rank left out raises AssertionError); simharness does not model "
+        f"groups that do not partition the job. Name each dimension once, e.g. "
+        f"{DEFAULT_ORDER!r}."),
+        {"order": c.order, "repeated": repeated, "missing": missing, "outside": outside},
+        megatron_accepts=True)
 
 
 # ------------------------------------------------------------------- evaluation
