@@ -34,3 +34,16 @@ class GroupNotInitialized(SimharnessError, LookupError):
     """
 
     megatron_error = "AssertionError"
+
+
+def whole_number_problem(name: str, value: object, low: int) -> str | None:
+    """Why ``value`` is not a whole number ``>= low`` (bools refused), or None.
+
+    >>> whole_number_problem("iters", 3, 0) is None
+    True
+    >>> whole_number_problem("steps", True, 1)
+    'steps must be a whole number >= 1, got True'
+    """
+    if isinstance(value, bool) or not isinstance(value, int) or value < low:
+        return f"{name} must be a whole number >= {low}, got {value!r}"
+    return None

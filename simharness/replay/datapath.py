@@ -33,9 +33,10 @@ from typing import Any
 
 import numpy as np
 
+from ..errors import whole_number_problem
 from ..findings import Finding
 from ..layout import Layout, Membership, build_layout
-from .options import BACKENDS, EXIT_FAILED, EXIT_MISMATCH, EXIT_OK, ReplayError, ReplayOptions
+from .options import EXIT_FAILED, EXIT_MISMATCH, EXIT_OK, ReplayError, ReplayOptions
 from .plan_checks import partition_mismatches
 
 SCHEMA = "simharness.datapath/1"
@@ -79,9 +80,8 @@ class DataPathOptions:
                               f"{' or '.join(KINDS)}.")
         for name, low in (("steps", 1), ("dense_buckets", 0), ("expert_buckets", 0),
                           ("shard_numel", 1)):
-            v = getattr(self, name)
-            if isinstance(v, bool) or not isinstance(v, int) or v < low:
-                raise ReplayError(f"{name} must be a whole number >= {low}, got {v!r}.")
+            if problem := whole_number_problem(name, getattr(self, name), low):
+                raise ReplayError(problem + ".")
         if self.kind == "megatron" and self.dense_buckets + self.expert_buckets == 0:
             raise ReplayError("dense_buckets and expert_buckets are both 0: nothing to replay; "
                               "use at least one bucket.")
@@ -95,10 +95,8 @@ class DataPathOptions:
         return self
 
     def replay_options(self) -> ReplayOptions:
-        """The launcher's options (no overlap probe: the data path times itself)."""
-        if self.backend not in BACKENDS:
-            raise ReplayError(f"backend {self.backend!r} is not supported; use "
-                              f"{' or '.join(BACKENDS)}.")
+        """The launcher's options (no overlap probe: the data path times itself);
+        ``ReplayOptions.validate`` checks the backend, timeout and fault."""
         return ReplayOptions(backend=self.backend, timeout=self.timeout, overlap_bytes=0,
                              iters=0, force=self.force, fault=self.fault)
 

@@ -9,7 +9,7 @@ from collections.abc import Mapping
 from dataclasses import asdict, dataclass, fields
 from typing import Any
 
-from ..errors import SimharnessError
+from ..errors import SimharnessError, whole_number_problem
 
 REPORT_SCHEMA = "simharness.replay/1"
 BACKENDS = ("gloo", "nccl")
@@ -124,9 +124,8 @@ class ReplayOptions:
             raise ReplayError(f"timeout must be a positive number of seconds, got "
                               f"{self.timeout!r}.")
         for name in ("overlap_bytes", "iters"):
-            v = getattr(self, name)
-            if isinstance(v, bool) or not isinstance(v, int) or v < 0:
-                raise ReplayError(f"{name} must be a whole number >= 0, got {v!r}.")
+            if problem := whole_number_problem(name, getattr(self, name), 0):
+                raise ReplayError(problem + ".")
         if self.fault is not None:
             Fault.parse(self.fault)
         return self

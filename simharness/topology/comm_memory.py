@@ -30,6 +30,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from ..errors import whole_number_problem
 from .errors import TopologyError
 
 MIB = 1 << 20
@@ -65,9 +66,8 @@ class CommMemoryInputs:
                 raise TopologyError(f"unknown protocol {p!r}; expected some of "
                                     f"{', '.join(PROTO_BUFFER_BYTES)}")
         for name in ("channels", "nvls_channels"):
-            v = getattr(self, name)
-            if isinstance(v, bool) or not isinstance(v, int) or v < 0:
-                raise TopologyError(f"{name} must be a whole number >= 0, got {v!r}")
+            if problem := whole_number_problem(name, getattr(self, name), 0):
+                raise TopologyError(problem)
         if not self.fixed_mb >= 0:
             raise TopologyError(f"fixed_mb must be >= 0, got {self.fixed_mb!r}")
 
