@@ -38,6 +38,7 @@ class NodeSpec:
     arch: str | None = None  # NCCL's tuning row: volta, ampere, hopper, blackwell; None: not NCCL
     sms: int | None = None    # streaming multiprocessors per GPU (datasheet)
     hbm_gb_per_s: float | None = None  # HBM bandwidth per GPU (datasheet)
+    peak_bf16_tflops: float | None = None  # dense BF16 tensor-core peak per GPU (datasheet)
 
 
 @dataclass(frozen=True)
@@ -210,7 +211,8 @@ def _node(t: _Table) -> NodeSpec:
     gpus = t.whole("gpus")
     node = NodeSpec(gpus=gpus, gpus_per_board=t.optional_whole("gpus_per_board") or gpus,
                     gpu=t.text("gpu", default=""), arch=arch, sms=t.optional_whole("sms"),
-                    hbm_gb_per_s=t.optional_number("hbm_gb_per_s", positive=True))
+                    hbm_gb_per_s=t.optional_number("hbm_gb_per_s", positive=True),
+                    peak_bf16_tflops=t.optional_number("peak_bf16_tflops", positive=True))
     if node.gpus % node.gpus_per_board:
         raise t._fail("gpus_per_board", f"a divisor of gpus ({node.gpus})", node.gpus_per_board)
     t.done()
