@@ -114,3 +114,12 @@ def test_gloo_topology_is_a_plain_ring_with_file_latencies():
     e = predict(c, range(4), "all_gather", 4e6)
     assert e.pick == "ring/simple"
     assert e.latency_us == pytest.approx(30 + 3 * 15)
+
+
+def test_estimate_reports_channels_and_version_keyword():
+    """The estimate carries the plan's channel count; ``nccl`` names one release."""
+    e = choose(H100_NODE, "all_gather", 1 << 30, nccl="2.23")
+    assert e.n_channels >= 1
+    assert tune(H100_NODE, "all_reduce", nccl="v2.28.3-1").nccl == "2.28"
+    with pytest.raises(TopologyError, match="unknown NCCL version '2.99'"):
+        choose(H100_NODE, "all_gather", 1 << 20, nccl="2.99")

@@ -32,6 +32,7 @@ from dataclasses import dataclass, field
 
 from ..errors import whole_number_problem
 from .errors import TopologyError
+from .nccl_model import DEFAULT_NCCL, nccl_version
 
 MIB = 1 << 20
 PROTO_BUFFER_BYTES = {"simple": 4 * MIB, "ll": 8 * 512 * 8 * 16,
@@ -108,13 +109,14 @@ class CommMemory:
 
 
 def comm_memory(inputs: CommMemoryInputs, *, all_algos: tuple[str, ...] = ("ring", "tree"),
-                nvls_capable: bool = False) -> CommMemory:
+                nvls_capable: bool = False, nccl: str = DEFAULT_NCCL) -> CommMemory:
     """Bytes of one communicator's buffers per part.
 
     With ``lazy_connect`` only ``inputs.algos`` (the algorithms the
     communicator runs) are connected; otherwise every algorithm NCCL would set
     up on this machine (``all_algos``, plus NVLS when ``nvls_capable``).
     """
+    nccl_version(nccl)
     i = inputs
     algos = list(i.algos) if i.lazy_connect else list(all_algos) + (["nvls"] if nvls_capable
                                                                     else [])

@@ -41,7 +41,15 @@ import numpy as np
 
 from .cluster import TIERS, Cluster
 from .errors import TopologyError
-from .nccl_model import Estimate, GroupShape, bus_factor, check_size, choose, collective_name
+from .nccl_model import (
+    DEFAULT_NCCL,
+    Estimate,
+    GroupShape,
+    bus_factor,
+    check_size,
+    choose,
+    collective_name,
+)
 
 COLLECTIVES = ("all_gather", "reduce_scatter", "all_reduce")
 
@@ -263,12 +271,12 @@ def shape_of(cluster: Cluster, rings: Rings, i: int = 0, *, rate_gb_per_s: float
 
 def predict(cluster: Cluster, devices, collective: str, size_bytes: float, *,
             algo: str | None = None, proto: str | None = None, concurrent=None,
-            collnet: bool = False) -> Estimate:
+            collnet: bool = False, nccl: str = DEFAULT_NCCL) -> Estimate:
     """NCCL's pick and cost for one call of ``collective`` on the group at ``devices``.
 
     ``concurrent``: other groups (rows of device indices) running at the same
     time; the ring rate is then the max-min fair share. ``algo``/``proto``
-    force a choice like ``NCCL_ALGO``/``NCCL_PROTO``.
+    force a choice like ``NCCL_ALGO``/``NCCL_PROTO``; ``nccl`` is the NCCL release.
     """
     coll = collective_name(collective)
     size = check_size(size_bytes)
@@ -278,7 +286,7 @@ def predict(cluster: Cluster, devices, collective: str, size_bytes: float, *,
     rings = build_rings(cluster, rows)
     rate = rings.concurrent_gb_per_s()[0] if len(rows) > 1 else None
     shape = shape_of(cluster, rings, 0, rate_gb_per_s=rate, collnet=collnet)
-    return choose(shape, coll, size, algo=algo, proto=proto)
+    return choose(shape, coll, size, algo=algo, proto=proto, nccl=nccl)
 
 
 def bus_bandwidth(cluster: Cluster, devices, collective: str, size_bytes: float,

@@ -75,6 +75,9 @@ ARCHS = ("volta", "ampere", "hopper", "blackwell")
 _ALIASES = {"allgather": "all_gather", "ag": "all_gather", "reducescatter": "reduce_scatter",
             "rs": "reduce_scatter", "allreduce": "all_reduce", "ar": "all_reduce"}
 MAX_BYTES = 1 << 40  # 1 TiB: far above any nccl-tests sweep; larger is a typo
+# NCCL releases modelled, one at a time (tags v2.23.4-1 and v2.28.3-1).
+NCCL_VERSIONS = ("2.23", "2.28")
+DEFAULT_NCCL = "2.28"
 
 # ---------------------------------------------------------------- NCCL constants
 # baseLat[algo][proto], us (tuning.cc 2.23): Tree, Ring, CollNetDirect, CollNetChain,
@@ -154,6 +157,20 @@ def check_size(size_bytes) -> float:
     return float(size_bytes)
 
 
+def nccl_version(version) -> str:
+    """A supported NCCL version (``"2.28"``, ``"2.28.3"``, ``"v2.28.3-1"`` -> ``"2.28"``).
+
+    >>> nccl_version("v2.23.4-1")
+    '2.23'
+    """
+    text = str(version).strip().lower().removeprefix("v")
+    key = ".".join(text.split("-")[0].split(".")[:2])
+    if key not in NCCL_VERSIONS:
+        raise TopologyError(f"unknown NCCL version {version!r}; expected one of "
+                            f"{', '.join(NCCL_VERSIONS)} (give --nccl 2.23 or --nccl 2.28)")
+    return key
+
+
 def bus_factor(collective: str, n: int) -> float:
     """nccl-tests bus-bandwidth factor: (n-1)/n, or 2(n-1)/n for all-reduce."""
     f = (n - 1) / n
@@ -214,6 +231,7 @@ class Estimate:
     latency_us: float
     algbw_gb_per_s: float
     n_ranks: int
+    n_channels: int  # CTAs the kernel launches: the channels of this call's plan
 
     @property
     def time_us(self) -> float:
@@ -241,6 +259,7 @@ class Table:
     collective: str
     shape: GroupShape
     entries: dict[tuple[str, str], tuple[float, float]] = field(default_factory=dict)
+    nccl: str = DEFAULT_NCCL
 
     def estimate(self, algo: str, proto: str, size_bytes: float) -> Estimate:
         lat, bw = self.entries[(algo, proto)]
@@ -253,16 +272,21 @@ class Table:
                 and self.collective == "all_reduce"
                 and size_bytes / (s.channels * s.n_ranks) >= 64):
             lat *= RING_PLATEAU
-        return Estimate(self.collective, algo, proto, size_bytes, lat, bw, s.n_ranks)
+        return Estimate(self.collective, algo, proto, size_bytes, lat, bw, s.n_ranks,
+                        s.channels if s.n_ranks > 1 else 0)
 
     def all_estimates(self, size_bytes: float) -> list[Estimate]:
         return sorted((self.estimate(a, p, size_bytes) for a, p in self.entries),
                       key=lambda e: e.time_us)
 
 
-def tune(shape: GroupShape, collective: str) -> Table:
-    """NCCL's latency and bandwidth for every enabled (algorithm, protocol)."""
+def tune(shape: GroupShape, collective: str, *, nccl: str = DEFAULT_NCCL) -> Table:
+    """NCCL's latency and bandwidth for every enabled (algorithm, protocol).
+
+    ``nccl`` is the NCCL release modelled (:data:`NCCL_VERSIONS`).
+    """
     coll = collective_name(collective)
+    version = nccl_version(nccl)
     s = shape
     if s.n_ranks < 1 or s.n_nodes < 1 or s.n_nodes > s.n_ranks:
         raise TopologyError(f"a group of {s.n_ranks} ranks cannot span {s.n_nodes} nodes")
@@ -275,11 +299,11 @@ def tune(shape: GroupShape, collective: str) -> Table:
     entries: dict[tuple[str, str], tuple[float, float]] = {}
     if n < 2:
         entries[("ring", "simple")] = (0.0, math.inf)
-        return Table(coll, s, entries)
+        return Table(coll, s, entries, version)
     if s.arch is None:  # gloo or another non-NCCL transport: a plain ring
         lat = s.base_latency_us + nsteps * s.step_latency_us
         entries[("ring", "simple")] = (lat, s.ring_gb_per_s * n / nsteps)
-        return Table(coll, s, entries)
+        return Table(coll, s, entries, version)
 
     for algo in _enabled_algos(s, coll):
         for pi, proto in enumerate(PROTOS):
@@ -288,7 +312,7 @@ def tune(shape: GroupShape, collective: str) -> Table:
             bw = _algbw(s, s.arch, coll, algo, proto, nsteps)
             if bw > 0:
                 entries[(algo, proto)] = (_latency(s, algo, pi, nsteps, inter_steps), bw)
-    return Table(coll, s, entries)
+    return Table(coll, s, entries, version)
 
 
 def _latency(s: GroupShape, algo: str, pi: int, nsteps: int, inter_steps: int) -> float:
@@ -377,7 +401,7 @@ def _algbw(s: GroupShape, arch: str, coll: str, algo: str, proto: str, nsteps: i
 
 
 def choose(shape: GroupShape, collective: str, size_bytes: float, *, algo: str | None = None,
-           proto: str | None = None) -> Estimate:
+           proto: str | None = None, nccl: str = DEFAULT_NCCL) -> Estimate:
     """The (algorithm, protocol) NCCL would run for ``size_bytes``, or the forced one.
 
     ``algo``/``proto`` play ``NCCL_ALGO``/``NCCL_PROTO``: the pick is limited to
@@ -386,7 +410,7 @@ def choose(shape: GroupShape, collective: str, size_bytes: float, *, algo: str |
     size = check_size(size_bytes)
     want_a = _choice("algorithm", algo, ALGOS)
     want_p = _choice("protocol", proto, PROTOS)
-    table = tune(shape, collective)
+    table = tune(shape, collective, nccl=nccl)
     options = [e for e in table.all_estimates(size)
                if (want_a is None or e.algo == want_a) and (want_p is None or e.proto == want_p)]
     if not options:
