@@ -17,7 +17,8 @@ from ..topology import TopologyError, list_topologies, load_cluster, load_spec
 from ..topology.cluster import Cluster
 from ..topology.draw import write_picture
 from ..topology.locality import analyse
-from ..topology.overlap import DEFAULT_COMPUTE_MS, simulate
+from ..topology.overlap import SCHEDULES, simulate
+from ..topology.workload import job_stages
 from ..topology.placement import place_layout, read_hosts
 from .common import config_options, layout_from_options, output_options
 from .output import echo, echo_findings, findings_exit_code, findings_verdict, render_table, to_json
@@ -114,40 +115,63 @@ def simulate_report(layout, cluster: Cluster, *, hosts=None, first_device=None, 
 def format_simulate(rep, cluster: Cluster, *, quiet: bool = False, explain: bool = False) -> str:
     ms = lambda s: f"{s * 1e3:.3f}"  # noqa: E731
     out = []
+    g = rep.groups
     if not quiet:
         out.append(f"topology {cluster_line(cluster)}")
-        out.append(f"reduce-scatter over {rep.rs_kind}, all-gather over {rep.ag_kind}; "
-                   f"{rep.layers_per_stage} layers per pipeline stage, {ms(rep.compute_s)} ms "
-                   f"backward compute per layer")
-        out.append(f"per layer: reduce-scatter {rep.rs_bytes / 1e6:.1f} MB, all-gather "
-                   f"{rep.ag_bytes / 1e6:.1f} MB; ring bottleneck: {rep.rs_bottleneck or '-'}")
-    out.append(_table(["collective (per layer)", "nccl_pick", "alone_ms", "with_other_ms"], [
-        ["reduce-scatter", rep.rs_pick, ms(rep.rs_alone_s), ms(rep.rs_shared_s)],
-        ["all-gather", rep.ag_pick, ms(rep.ag_alone_s), ms(rep.ag_shared_s)]], align="llrr"))
-    out.append(f"latency share {rep.latency_share:.0%}; a collective runs "
-               f"{rep.shared_slowdown:.2f}x slower while the other moves data")
+        sched = ("Megatron-FSDP: all-gather before each unit's forward and backward, "
+                 "reduce-scatter after its backward" if rep.schedule == "fsdp" else
+                 "distributed optimizer (overlap_grad_reduce + overlap_param_gather): bucket "
+                 "all-gathers in the forward, bucket reduce-scatters in the backward, both on "
+                 "the data-parallel group")
+        out.append(f"schedule {rep.schedule}: {sched}; NCCL {rep.nccl}")
+        groups = f"dense reduce-scatter over {g['dense_rs']}, all-gather over {g['dense_ag']}"
+        if "exp_rs" in g:
+            groups += f"; expert reduce-scatter over {g['exp_rs']}, all-gather over {g['exp_ag']}"
+        out.append(groups)
+        out.append(f"compute {rep.compute_how}")
+        for note in rep.notes:
+            out.append(note)
+    counts = [sum(s.layers) for s in rep.stages]
+    uneven = len(set(counts)) > 1
+    rows = [[s.stage, "+".join(map(str, s.layers)) if len(s.layers) > 1 else s.layers[0],
+             s.first_layer, f"{s.dense_bytes / 1e6:.1f}", f"{s.expert_bytes / 1e6:.1f}",
+             ms(s.forward_s), ms(s.backward_s), ms(s.one.step_s), ms(s.separate.step_s),
+             f"{s.gain_pct:.1f}%"] for s in rep.stages]
+    out.append(_table(["stage", "layers", "first_layer", "dense_MB/rank", "expert_MB/rank",
+                       "fwd_ms", "bwd_ms", "one_ms", "separate_ms", "gain"], rows,
+                      align="r" * 10))
+    if uneven:
+        out.append(f"uneven pipeline stages: {min(counts)} to {max(counts)} layers per stage")
+    out.append(_table(["collective (worst stage)", "group", "ranks", "size_MB", "calls",
+                       "nccl_pick", "CTAs", "alone_ms"],
+                      [[c.what, c.group, c.group_size, f"{c.size_bytes / 1e6:.1f}", c.count,
+                        c.pick, c.channels, ms(c.alone_s)] for c in rep.collectives],
+                      align="llrrrlrr"))
+    out.append(f"latency share {rep.latency_share:.0%}; a collective runs up to "
+               f"{rep.shared_slowdown:.2f}x slower while the others move data")
     if explain:
-        for name, shape, options in (("reduce-scatter", rep.rs_shape, rep.rs_options),
-                                     ("all-gather", rep.ag_shape, rep.ag_options)):
-            if not options:
+        for c in rep.collectives:
+            if not c.options:
                 continue
             out.append("")
-            out.append(f"{name}: NCCL's table for {shape} (least time wins)")
+            out.append(f"{c.what} {c.size_bytes / 1e6:.1f} MB: NCCL's table for {c.shape} "
+                       "(least time wins)")
             out.append(_table(["algo/proto", "latency_us", "algbw_GB/s", "time_us"],
-                              [list(o) for o in options], align="lrrr"))
+                              [list(o) for o in c.options], align="lrrr"))
     out.append("")
-    out.append(_table(["backward pass", "step_ms", "exposed_comm_ms", "overlapped_ms"], [
+    w = rep.stages[rep.worst_stage]
+    out.append(_table(["step (slowest stage)", "step_ms", "exposed_comm_ms", "overlapped_ms"], [
         ["one communicator", ms(rep.one.step_s), ms(rep.one.exposed_s), ms(rep.one.overlap_s)],
-        ["separate all-gather communicator", ms(rep.separate.step_s), ms(rep.separate.exposed_s),
-         ms(rep.separate.overlap_s)]], align="lrrr"))
+        ["separate all-gather communicator", ms(rep.separate.step_s),
+         ms(rep.separate.exposed_s), ms(rep.separate.overlap_s)]], align="lrrr"))
     out.append(_table(["sharing scenario", "one_ms", "separate_ms", "gain"],
                       [[sc.name, ms(sc.one_step_s), ms(sc.separate_step_s),
                         f"{sc.gain_pct:.1f}%"] for sc in rep.scenarios], align="lrrr"))
     lo, hi = rep.gain_range_pct
     out.append(f"gain of create_all_gather_group: {lo:.1f}% to {hi:.1f}% of the step "
-               f"(links only: {ms(rep.gain_s)} ms); memory: +{rep.extra_memory_mb:.0f} MB per "
-               f"GPU ({rep.extra_communicators} extra communicator(s) x "
-               f"{rep.comm_memory_mb:.0f} MB)")
+               f"(links only: {ms(rep.gain_s)} ms, slowest stage {w.stage}); memory: "
+               f"+{rep.extra_memory_mb:.0f} MB per GPU ({rep.extra_communicators} extra "
+               f"communicator(s) x {rep.comm_memory_mb:.0f} MB)")
     if not quiet:
         out.append("communicator memory: " + "; ".join(rep.memory_lines))
         out.append("the model cannot know: " + "; ".join(rep.unknowns))
@@ -343,22 +367,103 @@ def place_cmd(ctx, topology, hosts, first_device, fmt, quiet, show_all, **kwargs
         ctx.exit(code)
 
 
-@click.command("simulate")
+_MODEL_FLAGS = [
+    ("--hidden-size", "hidden_size", "Hidden size."),
+    ("--ffn-hidden-size", "ffn_hidden_size", "Dense MLP width."),
+    ("--num-attention-heads", "num_attention_heads", "Attention heads (default: 4 h^2 "
+     "attention parameters)."),
+    ("--num-query-groups", "num_query_groups", "Key/value heads (grouped-query attention)."),
+    ("--kv-channels", "kv_channels", "Head dimension (default hidden / heads)."),
+    ("--vocab-size", "vocab_size", "Vocabulary (embedding on the first stage, output layer "
+     "on the last)."),
+    ("--num-experts", "num_moe_experts", "Routed experts per MoE layer."),
+    ("--moe-ffn-hidden-size", "moe_ffn_hidden_size", "FFN width of one expert."),
+    ("--moe-router-topk", "moe_router_topk", "Experts per token."),
+    ("--moe-shared-expert-size", "moe_shared_expert_intermediate_size",
+     "FFN width of the shared expert(s)."),
+    ("--moe-first-dense-layers", "moe_first_dense_layers", "Leading dense (non-MoE) layers."),
+]
+
+_SIMULATE_HELP = """Step model of the data-parallel collectives: one communicator vs a separate
+all-gather communicator (create_all_gather_group), per pipeline stage.
+
+The model is --model-bytes with --layers, or a description (--model-config FILE, a
+Megatron YAML/JSON or Hugging Face config.json, and/or --hidden-size ...). Dense
+parameters go on dp_cp, expert parameters on the expert-DP group (ep_dp). Compute is
+--compute-ms (one layer's backward) or --mfu with --micro-batch-size and --seq-length
+(FLOPs at that fraction of the topology's peak). Uneven pipelines take Megatron's
+num_layers_in_first/last_pipeline_stage (--decoder-first/last-pipeline-num-layers) or
+--account-for-embedding/loss-in-pipeline-split.
+
+\b
+Examples:
+  simharness simulate --tp 8 --pp 4 --topology dgx-h100-superpod --nodes 64 \\
+      --create-all-gather-group --model-bytes 140GB --layers 80 --compute-ms 8
+  simharness simulate --pp 16 --ep 64 --topology dgx-h100-superpod --nodes 256 \\
+      --model-config deepseek_v3.json --decoder-first-pipeline-num-layers 2 \\
+      --decoder-last-pipeline-num-layers 3 --micro-batch-size 1 --seq-length 4096 --mfu 0.35
+  simharness simulate --tp 8 --pp 4 --vpp 2 --topology dgx-h100-superpod --nodes 32 \\
+      --schedule dist-opt --model-bytes 140GB --layers 80 --compute-ms 8
+"""
+
+
+def with_model(f):
+    for flag, name, text in reversed(_MODEL_FLAGS):
+        f = click.option(flag, name, type=click.IntRange(min=0), default=None, help=text)(f)
+    return f
+
+
+@click.command("simulate", help=_SIMULATE_HELP)
 @config_options
 @with_placement
-@click.option("--model-bytes", type=ByteSize(), required=True,
-              help="Parameter bytes of the whole model in the all-gather dtype, e.g. 140GB.")
-@click.option("--layers", type=click.IntRange(min=1), required=True,
-              help="Number of transformer layers of the whole model.")
-@click.option("--compute-ms", type=click.FloatRange(min=0), default=DEFAULT_COMPUTE_MS,
-              show_default=True, help="Backward compute time of one layer.")
+@click.option("--model-bytes", type=ByteSize(), default=None,
+              help="Parameter bytes of the whole model in the all-gather dtype, e.g. 140GB "
+                   "(all dense, spread evenly over --layers).")
+@click.option("--layers", type=click.IntRange(min=1), default=None,
+              help="Transformer layers of the whole model (with --model-bytes; optional with "
+                   "a description).")
+@click.option("--model-config", type=click.Path(dir_okay=False), default=None,
+              help="Megatron (YAML/JSON) or Hugging Face config.json of the model.")
+@with_model
+@click.option("--schedule", type=click.Choice(SCHEDULES), default="fsdp", show_default=True,
+              help="fsdp: Megatron-FSDP (the only user of the all-gather group); dist-opt: "
+                   "the distributed optimizer with overlap_grad_reduce/overlap_param_gather.")
+@click.option("--overlap-param-gather-with-optimizer-step", "opt_step", is_flag=True,
+              default=False, help="dist-opt: dispatch every chunk's all-gather in the "
+                                  "optimizer step (interleaved pipelines only).")
+@click.option("--compute-ms", type=float, default=None,
+              help="Backward compute time of one transformer layer (ms); or use --mfu.")
+@click.option("--mfu", type=float, default=None,
+              help="Model FLOPs utilisation in (0, 1]: compute from FLOPs at this fraction of "
+                   "the GPU's peak (needs a model description and tokens).")
+@click.option("--peak-tflops", type=float, default=None,
+              help="Dense BF16 peak per GPU (default: the topology's [node] peak_bf16_tflops).")
+@click.option("--micro-batch-size", type=click.IntRange(min=1), default=None,
+              help="Sequences per micro-batch (tokens = this x --seq-length).")
+@click.option("--seq-length", type=click.IntRange(min=1), default=None,
+              help="Tokens per sequence.")
+@click.option("--bytes-per-param", type=float, default=2.0, show_default=True,
+              help="Bytes of one parameter in the all-gather dtype (2: bf16).")
+@click.option("--decoder-first-pipeline-num-layers", "first_layers",
+              type=click.IntRange(min=1), default=None,
+              help="Layers of the first pipeline stage (num_layers_in_first_pipeline_stage).")
+@click.option("--decoder-last-pipeline-num-layers", "last_layers",
+              type=click.IntRange(min=1), default=None,
+              help="Layers of the last pipeline stage (num_layers_in_last_pipeline_stage).")
+@click.option("--account-for-embedding-in-pipeline-split", "acc_embedding", is_flag=True,
+              default=None, help="Count the embedding as a layer of the first stage.")
+@click.option("--account-for-loss-in-pipeline-split", "acc_loss", is_flag=True, default=None,
+              help="Count the loss as a layer of the last stage.")
 @click.option("--grad-scale", type=click.FloatRange(min=0), default=1.0, show_default=True,
               help="Gradient bytes per parameter byte (2 for fp32 grads of bf16 params).")
 @click.option("--rs-kind", default="dp_cp", show_default=True,
-              help="Group kind of the gradient reduce-scatter.")
+              help="Group kind of the dense gradient reduce-scatter.")
 @click.option("--ag-kind", default=None,
-              help="Group kind of the parameter all-gather (default: the --rs-kind's "
-                   "all-gather twin, e.g. dp_cp_ag, when the layout has it, else --rs-kind).")
+              help="Group kind of the dense all-gather (fsdp; default the --rs-kind's "
+                   "all-gather twin, e.g. dp_cp_ag, when the layout has it, else --rs-kind); "
+                   "it must have the reduce-scatter group's ranks.")
+@click.option("--nccl", default="2.28", show_default=True,
+              help="NCCL release whose tuning and memory rules apply (2.23 or 2.28).")
 @click.option("--comm-memory-mb", type=click.FloatRange(min=0), default=None,
               help="GPU memory of one NCCL communicator (default: computed from NCCL's "
                    "buffers per channel and protocol; the inputs are printed).")
@@ -366,18 +471,28 @@ def place_cmd(ctx, topology, hosts, first_device, fmt, quiet, show_all, **kwargs
               help="Let NCCL use CollNet (InfiniBand SHARP) where the topology's switches "
                    "have it (NCCL_COLLNET_ENABLE=1).")
 @click.option("--explain", is_flag=True, default=False,
-              help="Print NCCL's algorithm/protocol table for both collectives.")
+              help="Print NCCL's algorithm/protocol table for each collective.")
 @output_options(formats=("table", "json"), show_all=False)
-def simulate_cmd(topology, hosts, first_device, model_bytes, layers, compute_ms, grad_scale,
-                 rs_kind, ag_kind, comm_memory_mb, collnet, explain, fmt, quiet, **kwargs):
-    """Backward-pass step model: one communicator vs a separate all-gather communicator."""
+def simulate_cmd(topology, hosts, first_device, model_bytes, layers, model_config, schedule,
+                 opt_step, compute_ms, mfu, peak_tflops, micro_batch_size, seq_length,
+                 bytes_per_param, first_layers, last_layers, acc_embedding, acc_loss,
+                 grad_scale, rs_kind, ag_kind, nccl, comm_memory_mb, collnet, explain, fmt,
+                 quiet, **kwargs):
+    model_fields = {name: kwargs.pop(name) for _, name, _ in _MODEL_FLAGS}
     hosts_list = read_hosts(hosts) if hosts else None
     layout, cluster = _layout_and_cluster(topology, kwargs, hosts_list=hosts_list,
                                           first_device=first_device)
+    stages, _ = job_stages(layout.config, model_bytes=model_bytes, layers=layers,
+                           model_fields=model_fields, model_config=model_config,
+                           micro_batch_size=micro_batch_size, seq_length=seq_length,
+                           bytes_per_param=bytes_per_param, first=first_layers,
+                           last=last_layers, embedding=acc_embedding, loss=acc_loss)
     rep = simulate_report(layout, cluster, hosts=hosts_list, first_device=first_device,
-                          model_bytes=model_bytes, layers=layers, compute_ms=compute_ms,
-                          grad_scale=grad_scale, rs_kind=rs_kind, ag_kind=ag_kind,
-                          comm_memory_mb=comm_memory_mb, collnet=collnet)
+                          stages=stages, schedule=schedule, compute_ms=compute_ms, mfu=mfu,
+                          peak_tflops=peak_tflops, grad_scale=grad_scale,
+                          bytes_per_param=bytes_per_param, rs_kind=rs_kind, ag_kind=ag_kind,
+                          comm_memory_mb=comm_memory_mb, collnet=collnet, nccl=nccl,
+                          param_gather_with_optimizer_step=opt_step)
     if fmt == "json":
         echo(to_json(dict(rep.to_dict(), topology=cluster.summary())))
     else:

@@ -501,3 +501,93 @@ def bytes_work(model_bytes: float, num_layers: int, split: tuple[tuple[range, ..
     return tuple(StageWork(s, chunks, tuple(Slot(f"layer {i}", c, per, 0.0, 0.0)
                                             for c, layers in enumerate(chunks) for i in layers))
                  for s, chunks in enumerate(split))
+
+
+MAX_MODEL_BYTES = 1e15  # 1 PB: far above any model; larger is a typo
+
+
+def job_stages(cfg, *, model_bytes: float | None = None, layers: int | None = None,
+               model_fields: dict[str, Any] | None = None, model_config: str | None = None,
+               micro_batch_size: int | None = None, seq_length: int | None = None,
+               bytes_per_param: float = 2.0, first: int | None = None, last: int | None = None,
+               embedding: bool | None = None, loss: bool | None = None
+               ) -> tuple[tuple[StageWork, ...], ModelSpec | None]:
+    """The stages of the job described by ``cfg`` (a ParallelismConfig) and either
+    ``model_bytes`` + ``layers`` or a model description (``model_fields`` and/or
+    ``model_config``); pipeline options given here must agree with ``cfg``'s."""
+    given = {k: v for k, v in (model_fields or {}).items() if v is not None}
+    described = bool(given) or model_config is not None
+    if model_bytes is not None and described:
+        raise TopologyError("give --model-bytes or a model description (--model-config, "
+                            "--hidden-size, ...), not both")
+    if model_bytes is None and not described:
+        raise TopologyError("no model: give --model-bytes with --layers, or a model description "
+                            "(--model-config FILE, or --hidden-size, --ffn-hidden-size, ...)")
+    pipe = {}
+    for name, flag, value, field_ in (
+            ("first", "--decoder-first-pipeline-num-layers", first,
+             "num_layers_in_first_pipeline_stage"),
+            ("last", "--decoder-last-pipeline-num-layers", last,
+             "num_layers_in_last_pipeline_stage"),
+            ("embedding", "--account-for-embedding-in-pipeline-split", embedding,
+             "account_for_embedding_in_pipeline_split"),
+            ("loss", "--account-for-loss-in-pipeline-split", loss,
+             "account_for_loss_in_pipeline_split")):
+        have = getattr(cfg, field_, None)
+        if value is not None and have not in (None, False) and have != value:
+            raise TopologyError(f"{flag} {value} contradicts {field_}={have} in the "
+                                "configuration; give one")
+        pipe[name] = value if value is not None else have
+    pp = int(cfg.pipeline_model_parallel_size)
+    vpp = cfg.virtual_pipeline_model_parallel_size
+    tp = int(cfg.tensor_model_parallel_size)
+    if micro_batch_size is not None and seq_length is None or \
+            seq_length is not None and micro_batch_size is None:
+        raise TopologyError("--micro-batch-size and --seq-length go together (tokens per "
+                            "micro-batch); give both")
+    if model_bytes is not None:
+        if isinstance(model_bytes, bool) or not isinstance(model_bytes, (int, float)) or \
+                not math.isfinite(model_bytes) or not 0 < model_bytes <= MAX_MODEL_BYTES:
+            raise TopologyError(f"--model-bytes {model_bytes:g} is out of range; give the "
+                                f"parameter bytes, > 0 and at most {MAX_MODEL_BYTES:g} "
+                                "(e.g. 140GB)" if isinstance(model_bytes, (int, float))
+                                else f"--model-bytes must be a byte count, got {model_bytes!r}")
+        if layers is None:
+            raise TopologyError("--model-bytes needs --layers (transformer layers of the model)")
+        if isinstance(layers, bool) or not isinstance(layers, int) or layers < 1:
+            raise TopologyError(f"--layers must be a whole number >= 1, got {layers!r}")
+        if layers < pp:
+            raise TopologyError(f"--layers {layers} is fewer than the {pp} pipeline stages; "
+                                f"use --layers >= {pp}")
+        split = pipeline_split(layers, pp, vpp=vpp, first=pipe["first"], last=pipe["last"],
+                               embedding=bool(pipe["embedding"]), loss=bool(pipe["loss"]))
+        return bytes_work(float(model_bytes), layers, split, tp=tp), None
+    fields_ = model_fields_from_file(model_config) if model_config else {}
+    for k, v in given.items():
+        if k in fields_ and fields_[k] != v:
+            flag = "--" + k.replace("_", "-")
+            raise TopologyError(f"{flag} {v} contradicts {k}={fields_[k]!r} in "
+                                f"{model_config}; give one")
+        fields_[k] = v
+    if layers is not None:
+        if fields_.get("num_layers") not in (None, layers):
+            raise TopologyError(f"--layers {layers} contradicts num_layers="
+                                f"{fields_['num_layers']} of the model description; give one")
+        fields_["num_layers"] = layers
+    model = model_spec(fields_, source=f"--model-config {model_config}" if model_config
+                       else "the model description")
+    if model.num_layers < pp:
+        raise TopologyError(f"the model's {model.num_layers} layers are fewer than the {pp} "
+                            "pipeline stages")
+    split = pipeline_split(model.num_layers, pp, vpp=vpp, first=pipe["first"],
+                           last=pipe["last"], embedding=bool(pipe["embedding"]),
+                           loss=bool(pipe["loss"]))
+    ep = int(getattr(cfg, "expert_model_parallel_size", 1) or 1)
+    etp = int(getattr(cfg, "expert_tensor_parallel_size", None) or tp)
+    if model.num_moe_experts and model.num_moe_experts % ep:
+        raise TopologyError(f"num_moe_experts {model.num_moe_experts} is not divisible by --ep "
+                            f"{ep}")
+    tokens = micro_batch_size * seq_length if micro_batch_size and seq_length else None
+    return stage_work(model, split, tp=tp, cp=int(cfg.context_parallel_size), ep=ep, etp=etp,
+                      bytes_per_param=bytes_per_param, tokens=tokens,
+                      seq_length=seq_length), model
