@@ -11,17 +11,24 @@ from simharness import ParallelismConfig, build_layout
 from simharness.topology import TopologyError, load_cluster
 from simharness.topology.overlap import OpCost, simulate, simulate_ops
 from simharness.topology.placement import place_layout
+from simharness.topology.workload import job_stages
+
+JOB = ("model_bytes", "layers", "model_fields", "model_config", "micro_batch_size",
+       "seq_length", "first", "last", "embedding", "loss")
 
 
-def run(world, topology, nodes, *, flag=True, **model):
-    sizes = {k: model.pop(k) for k in ("tp", "pp", "cp", "ep") if k in model}
+def run(world, topology, nodes, *, flag=True, mcore=None, **model):
+    sizes = {k: model.pop(k) for k in ("tp", "pp", "cp", "ep", "vpp") if k in model}
     cfg = ParallelismConfig(world_size=world, create_all_gather_group=flag,
                             tensor_model_parallel_size=sizes.get("tp", 1),
                             pipeline_model_parallel_size=sizes.get("pp", 1),
+                            virtual_pipeline_model_parallel_size=sizes.get("vpp"),
                             context_parallel_size=sizes.get("cp", 1),
                             expert_model_parallel_size=sizes.get("ep", 1))
-    lay = build_layout(cfg)
-    return simulate(lay, place_layout(lay, load_cluster(topology, nodes)), **model)
+    lay = build_layout(cfg, **({"mcore": mcore} if mcore else {}))
+    stages, _ = job_stages(cfg, **{k: model.pop(k) for k in JOB if k in model})
+    return simulate(lay, place_layout(lay, load_cluster(topology, nodes)), stages=stages,
+                    **model)
 
 
 # ------------------------------------------------------------------ the event model
@@ -114,105 +121,18 @@ def test_a_reduce_scatter_can_slow_a_critical_all_gather():
     assert r.separate.step_s > r.one.step_s
 
 
-# ------------------------------------------------------------------ on real layouts
-def test_real_layout_bandwidth_bound_same_links():
-    # 2 DGX nodes, tp1: dp_cp rings over 16 GPUs; big layers, little compute
-    rep = run(16, "dgx-h100-superpod", 2, model_bytes=70e9, layers=32, compute_ms=1.0)
-    assert rep.ag_kind == "dp_cp_ag" and rep.rs_kind == "dp_cp"
-    assert rep.shared_slowdown == pytest.approx(2.0)
-    assert rep.latency_share < 0.05
-    assert 0 <= rep.gain_pct < 3
-    assert rep.verdict.startswith("helps little: bandwidth-bound")
-
-
-def test_real_layout_latency_bound():
-    # 512 nodes, one DP rank per node on each rail: 511-step rings, small layers
-    rep = run(4096, "dgx-h100-superpod", 512, tp=8, model_bytes=2e9, layers=64,
-              compute_ms=0.5)
-    assert rep.latency_share > 0.8
-    assert rep.gain_pct > 30
-    assert rep.verdict.startswith("helps: latency-bound")
-
-
-def test_real_layout_hidden_behind_compute():
-    rep = run(16, "dgx-h100-superpod", 2, model_bytes=1e9, layers=32, compute_ms=50)
-    assert rep.gain_s == pytest.approx(0.0, abs=1e-9)
-    assert "hidden" in rep.verdict
-
-
-def test_disjoint_bottlenecks_on_a_real_cluster():
-    """Reduce-scatter over DP (NICs) while the all-gather runs over TP (NVLink)."""
-    rep = run(16, "dgx-h100-superpod", 2, tp=8, model_bytes=16e9, layers=16, compute_ms=1.0,
-              ag_kind="tp")
-    assert rep.shared_slowdown == pytest.approx(1.0)
-    assert rep.verdict == "helps: the two collectives are bottlenecked on different links"
-    assert rep.gain_pct > 5
-
-
-def test_no_data_parallelism_means_nothing_to_overlap():
-    rep = run(8, "dgx-h100", 1, tp=8, model_bytes=1e9, layers=4, compute_ms=2.0)
-    assert rep.one.step_s == rep.separate.step_s == pytest.approx(4 * 2e-3)
-    assert rep.verdict.startswith("nothing to overlap")
-
-
-def test_memory_cost_of_the_extra_communicators():
-    dense = run(16, "dgx-h100-superpod", 2, model_bytes=1e9, layers=4)
-    # computed: the all-gather communicator connects only what it runs (NCCL >= 2.22)
-    from simharness.topology.comm_memory import CommMemoryInputs, comm_memory
-    algo = dense.ag_pick.split("/")[0]
-    expect = comm_memory(CommMemoryInputs(algos=(algo,))).total_mb
-    assert (dense.extra_communicators, dense.extra_memory_mb) == (1, pytest.approx(expect))
-    assert any("lazily" in line for line in dense.memory_lines)
-    moe = run(16, "dgx-h100-superpod", 2, ep=2, model_bytes=1e9, layers=4, comm_memory_mb=544)
-    assert (moe.extra_communicators, moe.extra_memory_mb) == (2, 1088.0)
-    off = run(16, "dgx-h100-superpod", 2, flag=False, model_bytes=1e9, layers=4)
-    assert off.ag_kind == "dp_cp" and off.extra_communicators == 1  # what turning it on adds
-    # megatron-core 0.16-0.17 has no expert all-gather group
-    lay = build_layout(ParallelismConfig(world_size=16, expert_model_parallel_size=2,
-                                         create_all_gather_group=True), mcore="0.16")
-    old = simulate(lay, place_layout(lay, load_cluster("dgx-h100-superpod", 2)),
-                   model_bytes=1e9, layers=4)
-    assert old.extra_communicators == 1
-    expert = run(16, "dgx-h100-superpod", 2, ep=2, model_bytes=1e9, layers=4, rs_kind="ep_dp")
-    assert (expert.rs_kind, expert.ag_kind) == ("ep_dp", "ep_dp_ag")
-
-
-def test_per_layer_sizes():
-    rep = run(32, "dgx-h100-superpod", 4, tp=2, pp=2, model_bytes=8e9, layers=8, grad_scale=2.0)
-    assert rep.layers_per_stage == 4
-    assert rep.ag_bytes == pytest.approx(8e9 / (8 * 2))
-    assert rep.rs_bytes == pytest.approx(2 * rep.ag_bytes)
-
-
-@pytest.mark.parametrize("model, words", [
-    (dict(model_bytes=1e9, layers=1, pp=2), "--layers 1 is fewer than the 2 pipeline stages"),
-    (dict(model_bytes=1e9, layers=4, rs_kind="nope"), "no 'nope' groups; kinds present"),
-    (dict(model_bytes=-1.0, layers=4), "--model-bytes must be a number >= 0"),
-    (dict(model_bytes=1e9, layers=0), "--layers must be a whole number >= 1"),
-    (dict(model_bytes=1e9, layers=4, pp=2, rs_kind="pos_embd"), "do not cover every rank"),
-])
-def test_bad_model_inputs(model, words):
-    with pytest.raises(TopologyError, match=words):
-        run(16, "dgx-h100-superpod", 2, **model)
-
-
-def test_report_serialises():
-    import json
-    d = run(16, "dgx-h100-superpod", 2, model_bytes=1e9, layers=4).to_dict()
-    back = json.loads(json.dumps(d))
-    assert set(back) >= {"gain_s", "gain_pct", "one_communicator", "separate_ag_communicator",
-                         "extra_memory_mb", "verdict"}
-    assert np.isfinite(back["one_communicator"]["step_s"])
-
-
 # ------------------------------------------------------------------ SMs, launch queue, range
-def test_one_launch_queue_can_hold_an_all_gather_behind_a_waiting_reduce_scatter():
-    rs = OpCost(0.000691400829417505, 3e6, 1e9, 5e8)
-    ag = OpCost(0.0015218954750836412, 1e6, 1e9, 5e8)
-    free = simulate_ops(6, 1e-4, rs, ag)
-    queued = simulate_ops(6, 1e-4, rs, ag, single_queue=True)
-    assert queued.one.step_s == free.one.step_s       # one communicator is FIFO anyway
-    assert queued.separate.step_s > free.separate.step_s
+def test_one_launch_queue_holds_compute_behind_a_waiting_collective():
+    """CUDA_DEVICE_MAX_CONNECTIONS=1: the next layer's compute is issued after the prefetch
+    of the following all-gather; on one communicator that all-gather waits for the previous
+    reduce-scatter, and the compute behind it in the hardware queue waits too."""
+    rs = OpCost(1e-3, 0.0, 1e9, 1e9)
+    ag = OpCost(1e-4, 0.0, 1e9, 1e9)
+    free = simulate_ops(6, 1e-3, rs, ag)
+    queued = simulate_ops(6, 1e-3, rs, ag, single_queue=True)
+    assert queued.one.step_s > free.one.step_s
+    assert queued.separate.step_s == pytest.approx(free.separate.step_s)
+    assert queued.gain_s > free.gain_s
 
 
 @settings(max_examples=60, deadline=None)
@@ -228,6 +148,143 @@ def test_sm_contention_and_one_queue_bounds(layers, compute, a_rs, a_ag, v_rs, v
     assert r.one.step_s >= base.one.step_s - 1e-12
     # without link sharing, launching in issue order still beats one communicator
     assert r.separate.step_s <= r.one.step_s + 1e-12
+
+
+DSV3 = dict(hidden_size=7168, num_layers=61, ffn_hidden_size=18432, vocab_size=129280,
+            num_attention_heads=128, num_moe_experts=256, moe_ffn_hidden_size=2048,
+            moe_router_topk=8, moe_shared_expert_intermediate_size=2048,
+            moe_first_dense_layers=3, q_lora_rank=1536, kv_lora_rank=512, qk_head_dim=128,
+            qk_pos_emb_head_dim=64, v_head_dim=128)
+
+
+def test_deepseek_v3_experts_on_expert_dp_and_uneven_stages():
+    """--pp 16 --ep 64 --layers 61: expert bytes ride on ep_dp (2 ranks), dense on dp_cp
+    (128 ranks); 61 layers split 2, 4 x 14, 3 as Megatron's first/last options say."""
+    rep = run(2048, "dgx-h100-superpod", 256, pp=16, ep=64, model_fields=DSV3, first=2,
+              last=3, micro_batch_size=1, seq_length=4096, mfu=0.4)
+    assert rep.groups == {"dense_rs": "dp_cp", "dense_ag": "dp_cp_ag", "exp_rs": "ep_dp",
+                          "exp_ag": "ep_dp_ag"}
+    assert [sum(s.layers) for s in rep.stages] == [2] + [4] * 14 + [3]
+    assert [s.first_layer for s in rep.stages[:3]] == [0, 2, 6]
+    # stage 0: layers 0-1 are dense (first_k_dense_replace 3): no expert bytes there
+    assert rep.stages[0].expert_bytes == 0 and rep.stages[1].expert_bytes > 0
+    # 256 experts x 3 x 7168 x 2048 params x 2 B / (ep 64) per MoE layer
+    per_layer = 256 * 3 * 7168 * 2048 * 2 / 64
+    assert rep.stages[2].expert_bytes == pytest.approx(4 * per_layer)
+    sizes = {c.group: c.group_size for c in rep.collectives}
+    assert sizes == {"dp_cp_ag": 128, "dp_cp": 128, "ep_dp_ag": 2, "ep_dp": 2}
+    assert all(c.channels > 0 for c in rep.collectives)
+    # the three scenarios differ here: SMs slow compute, one launch queue holds it
+    gains = [sc.gain_pct for sc in rep.scenarios]
+    assert len(set(round(x, 6) for x in gains)) > 1
+    assert "MFU 0.4 of 989" in rep.compute_how
+    assert rep.extra_communicators == 2
+
+
+def test_model_bytes_refused_or_split_as_megatron_does():
+    with pytest.raises(TopologyError, match="--model-bytes 0 is out of range"):
+        run(16, "dgx-h100-superpod", 2, model_bytes=0.0, layers=4, compute_ms=1.0)
+    with pytest.raises(TopologyError, match="--model-bytes 1e\\+30 is out of range"):
+        run(16, "dgx-h100-superpod", 2, model_bytes=1e30, layers=4, compute_ms=1.0)
+    with pytest.raises(TopologyError, match="--layers 10 does not divide by --pp 4.*"
+                                            "num_layers_in_first_pipeline_stage=2"):
+        run(32, "dgx-h100-superpod", 4, pp=4, model_bytes=1e9, layers=10, compute_ms=1.0)
+    rep = run(32, "dgx-h100-superpod", 4, pp=4, model_bytes=1e9, layers=10, compute_ms=1.0,
+              first=2, last=2)
+    assert [s.layers for s in rep.stages] == [(2,), (3,), (3,), (2,)]
+    assert rep.stages[1].dense_bytes == pytest.approx(3 * 1e9 / 10)
+
+
+def test_ag_kind_must_have_the_reduce_scatter_ranks():
+    with pytest.raises(TopologyError, match="--ag-kind tp: the all-gather must run over"):
+        run(16, "dgx-h100-superpod", 2, tp=8, model_bytes=16e9, layers=16, compute_ms=1.0,
+            ag_kind="tp")
+    ok = run(16, "dgx-h100-superpod", 2, tp=8, flag=False, model_bytes=16e9, layers=16,
+             compute_ms=1.0, ag_kind="dp_cp")
+    assert ok.groups["dense_ag"] == "dp_cp"
+
+
+@pytest.mark.parametrize("kw, words", [
+    (dict(model_bytes=1e9, layers=4), "no compute time"),
+    (dict(model_bytes=1e9, layers=4, compute_ms=1.0, mfu=0.5), "not both"),
+    (dict(model_fields=dict(hidden_size=1024, num_layers=4, ffn_hidden_size=4096),
+          micro_batch_size=1, seq_length=1024, mfu=0.0), "--mfu must be in \\(0, 1\\]"),
+    (dict(model_fields=dict(hidden_size=1024, num_layers=4, ffn_hidden_size=4096),
+          micro_batch_size=1, seq_length=1024, mfu=1.2), "--mfu must be in"),
+    (dict(model_bytes=1e9, layers=4, mfu=0.5), "--mfu needs FLOPs"),
+    (dict(model_fields=dict(hidden_size=1024, num_layers=4), compute_ms=1.0),
+     "lacks ffn_hidden_size"),
+    (dict(model_fields=dict(hidden_size=1024, num_layers=4, ffn_hidden_size=8,
+                            num_moe_experts=8), compute_ms=1.0),
+     "lacks moe_ffn_hidden_size .*; moe_router_topk"),
+    (dict(model_fields=dict(hidden_size=1024, num_layers=4, ffn_hidden_size=8), layers=6,
+          compute_ms=1.0), "--layers 6 contradicts num_layers=4"),
+    (dict(model_bytes=1e9, layers=4, model_fields=dict(hidden_size=8), compute_ms=1.0),
+     "not both"),
+    (dict(model_bytes=1e9, layers=4, compute_ms=1.0, schedule="dist-opt",
+          param_gather_with_optimizer_step=True), "needs interleaved pipelining"),
+    (dict(model_bytes=1e9, layers=4, compute_ms=1.0, schedule="dist-opt", ag_kind="dp_cp_ag"),
+     "gathers parameters on its reduce-scatter group"),
+    (dict(model_bytes=1e9, layers=4, compute_ms=1.0, nccl="2.99"), "2.99"),
+])
+def test_bad_job_inputs_name_the_value(kw, words):
+    with pytest.raises(TopologyError, match=words):
+        run(16, "dgx-h100-superpod", 2, **kw)
+
+
+def test_model_config_files(tmp_path):
+    import json
+    hf = tmp_path / "config.json"
+    hf.write_text(json.dumps({"hidden_size": 4096, "intermediate_size": 14336,
+                              "num_hidden_layers": 32, "num_attention_heads": 32,
+                              "num_key_value_heads": 8, "num_local_experts": 8,
+                              "num_experts_per_tok": 2, "vocab_size": 32000,
+                              "hidden_act": "silu", "tie_word_embeddings": False}))
+    rep = run(16, "dgx-h100-superpod", 2, ep=2, model_config=str(hf), compute_ms=2.0)
+    # Mixtral: every layer MoE, 8 experts of 3 x 4096 x 14336, 2 B per param, ep 2
+    assert rep.stages[0].expert_bytes == pytest.approx(32 * 8 * 3 * 4096 * 14336 * 2 / 2)
+    bad = tmp_path / "bad.json"
+    bad.write_text(json.dumps({"hidden_size": 4096, "d_model": 2048, "num_layers": 2,
+                               "ffn_hidden_size": 8}))
+    with pytest.raises(TopologyError, match="contradictory fields hidden_size=4096, "
+                                            "d_model=2048"):
+        run(16, "dgx-h100-superpod", 2, model_config=str(bad), compute_ms=1.0)
+    with pytest.raises(TopologyError, match="--hidden-size 1024 contradicts hidden_size=4096"):
+        run(16, "dgx-h100-superpod", 2, model_config=str(hf), compute_ms=1.0,
+            model_fields={"hidden_size": 1024})
+
+
+def test_dist_opt_never_uses_the_all_gather_group():
+    fsdp = run(32, "dgx-h100-superpod", 4, pp=4, vpp=2, model_bytes=40e9, layers=16,
+               compute_ms=1.0)
+    dist = run(32, "dgx-h100-superpod", 4, pp=4, vpp=2, model_bytes=40e9, layers=16,
+               compute_ms=1.0, schedule="dist-opt")
+    assert dist.groups["dense_ag"] == "dp_cp" and not dist.ag_used
+    assert all(sc.gain_pct == 0.0 for sc in dist.scenarios)
+    assert dist.verdict.startswith("no effect: the distributed optimizer")
+    assert f"+{dist.extra_memory_mb:.0f} MB" in dist.verdict
+    # fewer collectives than fsdp (buckets of >= 40M params, one all-gather per bucket)
+    assert sum(c.count for c in dist.collectives) < sum(c.count for c in fsdp.collectives)
+    opt = run(32, "dgx-h100-superpod", 4, pp=4, vpp=2, model_bytes=40e9, layers=16,
+              compute_ms=1.0, schedule="dist-opt", param_gather_with_optimizer_step=True)
+    assert opt.one.step_s <= dist.one.step_s + 1e-12  # every gather dispatched up front
+
+
+@pytest.mark.parametrize("compute", [0.2, 1.0, 5.0, 50.0])
+def test_verdict_agrees_with_the_numbers(compute):
+    rep = run(16, "dgx-h100-superpod", 2, tp=8, model_bytes=16e9, layers=16,
+              compute_ms=compute)
+    lo, hi = rep.gain_range_pct
+    v = rep.verdict
+    assert f"+{rep.extra_memory_mb:.0f} MB per GPU" in v
+    if v.startswith("helps"):
+        assert lo > 0
+    if lo < -0.05:
+        assert v.startswith(("may hurt", "hurts"))
+    if hi < -0.05:
+        assert v.startswith("hurts")
+    if abs(lo) <= 0.05 and abs(hi) <= 0.05:
+        assert v.startswith("no measurable gain")
 
 
 def test_gain_is_a_range_with_what_it_depends_on():
@@ -246,5 +303,25 @@ def test_gain_is_a_range_with_what_it_depends_on():
 
 def test_the_report_names_nccl_s_pick():
     rep = run(16, "dgx-h100-superpod", 2, tp=8, model_bytes=16e9, layers=16, compute_ms=1.0)
-    assert rep.rs_pick.endswith(("/simple", "/ll128", "/ll")) and rep.rs_options
-    assert rep.ag_shape.startswith("2 ranks on 2 node(s)")
+    picks = [c.pick for c in rep.collectives]
+    assert picks and all(p.endswith(("/simple", "/ll128", "/ll")) for p in picks)
+    assert rep.collectives[0].shape.startswith("2 ranks on 2 node(s)")
+    assert rep.collectives[0].options
+
+
+def test_no_data_parallelism_means_nothing_to_overlap():
+    rep = run(8, "dgx-h100", 1, tp=8, model_bytes=1e9, layers=4, compute_ms=2.0)
+    assert rep.one.step_s == rep.separate.step_s == pytest.approx(4 * 3e-3)
+    assert rep.verdict.startswith("nothing to overlap")
+
+
+def test_memory_cost_of_the_extra_communicators():
+    moe = run(16, "dgx-h100-superpod", 2, ep=2, model_bytes=1e9, layers=4, compute_ms=1.0,
+              comm_memory_mb=544)
+    assert (moe.extra_communicators, moe.extra_memory_mb) == (2, 1088.0)
+    off = run(16, "dgx-h100-superpod", 2, flag=False, model_bytes=1e9, layers=4,
+              compute_ms=1.0)
+    assert off.groups["dense_ag"] == "dp_cp" and off.extra_communicators == 1
+    old = run(16, "dgx-h100-superpod", 2, ep=2, mcore="0.16", model_bytes=1e9, layers=4,
+              compute_ms=1.0)
+    assert old.extra_communicators == 1  # no expert all-gather group before 0.18
