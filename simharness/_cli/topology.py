@@ -18,8 +18,8 @@ from ..topology.cluster import Cluster
 from ..topology.draw import write_picture
 from ..topology.locality import analyse
 from ..topology.overlap import SCHEDULES, simulate
-from ..topology.workload import job_stages
 from ..topology.placement import place_layout, read_hosts
+from ..topology.workload import job_stages
 from .common import config_options, layout_from_options, output_options
 from .output import echo, echo_findings, findings_exit_code, findings_verdict, render_table, to_json
 

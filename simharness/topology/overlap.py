@@ -69,7 +69,7 @@ from dataclasses import asdict, dataclass, field
 import numpy as np
 
 from .comm_memory import CommMemoryInputs, comm_memory
-from .cost import build_rings, maxmin_rates, shape_of
+from .cost import Rings, build_rings, maxmin_rates, shape_of
 from .errors import TopologyError
 from .nccl_model import DEFAULT_NCCL, Estimate, choose, nccl_version, tune
 from .placement import Placement
@@ -130,7 +130,7 @@ class _InFlight:
     value: float
 
 
-def run_units(units: Sequence[Unit], queue_of: Mapping[str, str],
+def run_units(units: Sequence[Unit], queue_of: Mapping[str, str],  # noqa: C901
               keep: Callable[[str, frozenset[str]], float], *, sm_per_cta: float = 0.0,
               single_queue: bool = False) -> Timeline:
     """Discrete-event run of ``units`` on one rank.
@@ -148,7 +148,7 @@ def run_units(units: Sequence[Unit], queue_of: Mapping[str, str],
     issue_at: dict[int, list[tuple[Coll, int]]] = {}
     for i, u in enumerate(units):
         iw = u.issue_with if isinstance(u.issue_with, tuple) else (u.issue_with,) * len(u.before)
-        for c, j in zip(u.before, iw):
+        for c, j in zip(u.before, iw, strict=False):
             issue_at.setdefault(j if j < i else i - 1, []).append((c, i))
     seq = itertools.count()
     t = 0.0
@@ -264,9 +264,10 @@ def simulate_ops(layers: int, compute_s: float, rs: OpCost, ag: OpCost, *,
     def keep(group: str, moving: frozenset[str]) -> float:
         return shared[group] if len(moving) > 1 else 1.0
 
-    kw = dict(sm_per_cta=sm_fraction, single_queue=single_queue)
-    return OpsResult(run_units(units, {"ag": "one", "rs": "one"}, keep, **kw),
-                     run_units(units, {"ag": "ag", "rs": "rs"}, keep, **kw))
+    return OpsResult(run_units(units, {"ag": "one", "rs": "one"}, keep, sm_per_cta=sm_fraction,
+                               single_queue=single_queue),
+                     run_units(units, {"ag": "ag", "rs": "rs"}, keep, sm_per_cta=sm_fraction,
+                               single_queue=single_queue))
 
 
 # ------------------------------------------------------------------ on a placed layout
@@ -447,7 +448,7 @@ class _Kind:
 
     name: str
     groups: np.ndarray
-    rings: object
+    rings: Rings
     conc: np.ndarray
     inv: np.ndarray
     keep: dict = field(default_factory=dict)      # frozenset(kinds) -> per-ring share
@@ -503,7 +504,7 @@ def _check_number(name: str, value, *, positive: bool = False) -> None:
                             f"{'> 0' if positive else '>= 0'}, got {value!r}")
 
 
-def simulate(layout, placement: Placement, *, stages: Sequence[StageWork],
+def simulate(layout, placement: Placement, *, stages: Sequence[StageWork],  # noqa: C901
              schedule: str = "fsdp", compute_ms: float | None = None,
              mfu: float | None = None, peak_tflops: float | None = None,
              grad_scale: float = 1.0, bytes_per_param: float = 2.0, rs_kind: str = "dp_cp",
@@ -635,15 +636,18 @@ def simulate(layout, placement: Placement, *, stages: Sequence[StageWork],
         r = build_rings(cluster, placement.device_of(g[lab]))
         info[lab] = _Kind(lab, g[lab], r, r.concurrent_gb_per_s(),
                           _inverse(g[lab], first, world, layout_kind[lab]))
-    for size in range(2, len(labels) + 1):
-        for sub in itertools.combinations(labels, size):
+    for n_sub in range(2, len(labels) + 1):
+        for sub in itertools.combinations(labels, n_sub):
             rs_ = [info[lab].rings for lab in sub]
-            offs = np.cumsum([0] + [r.n_rings for r in rs_])
-            rates = maxmin_rates(np.concatenate([r.flow + o for r, o in zip(rs_, offs)]),
+            offs = [0]
+            for r_ in rs_:
+                offs.append(offs[-1] + r_.n_rings)
+            flows = [r.flow + o for r, o in zip(rs_, offs, strict=False)]
+            rates = maxmin_rates(np.concatenate(flows),
                                  np.concatenate([r.link for r in rs_]),
                                  np.concatenate([r.weight for r in rs_]), cluster.capacity,
                                  int(offs[-1]))
-            for lab, r, o in zip(sub, rs_, offs):
+            for lab, r, o in zip(sub, rs_, offs, strict=False):
                 conc = info[lab].conc
                 with np.errstate(divide="ignore", invalid="ignore"):
                     info[lab].keep[frozenset(sub)] = np.where(
@@ -762,7 +766,7 @@ def simulate(layout, placement: Placement, *, stages: Sequence[StageWork],
         if not info:
             return [{}]
         cols = np.stack([info[lab].ring_class[info[lab].inv[ranks]] for lab in info], axis=1)
-        return [dict(zip(info, map(int, row))) for row in np.unique(cols, axis=0)]
+        return [dict(zip(info, map(int, row), strict=False)) for row in np.unique(cols, axis=0)]
 
     all_combos = {st.stage: combos_of(st) for st in stages}
     units_of = {(st.stage, j): stage_units(st, c) for st in stages
@@ -803,8 +807,8 @@ def simulate(layout, placement: Placement, *, stages: Sequence[StageWork],
     w_combo = all_combos[w_stage.stage][base[w_stage.stage][2]]
     # ---- the collectives of the worst stage
     seen: dict[tuple[str, float], int] = {}
-    for u in units_of[(w_stage.stage, base[w_stage.stage][2])]:
-        for c in u.before + u.after:
+    for unit in units_of[(w_stage.stage, base[w_stage.stage][2])]:
+        for c in unit.before + unit.after:
             seen[(c.group, c.volume)] = seen.get((c.group, c.volume), 0) + 1
     crow = []
     for (lab, size), count in sorted(seen.items()):

@@ -150,7 +150,7 @@ class ModelSpec:
             + self.hidden_size  # final norm
 
 
-def _check_model(m: ModelSpec) -> None:
+def _check_model(m: ModelSpec) -> None:  # noqa: C901
     for f in fields(m):
         v = getattr(m, f.name)
         if f.type in ("bool",):
@@ -230,7 +230,7 @@ _NAMES: dict[str, tuple[str, ...]] = {
 MODEL_FIELDS = tuple(_NAMES)
 
 
-def model_fields_from_file(path: str | Path) -> dict[str, Any]:
+def model_fields_from_file(path: str | Path) -> dict[str, Any]:  # noqa: C901
     """ModelSpec fields read from a Megatron (YAML/JSON, ``model:`` section allowed)
     or Hugging Face ``config.json``; two names of one field that disagree are an error."""
     p = Path(path)
@@ -327,7 +327,7 @@ def _suggest(num_layers: int, pp: int, vpp: int) -> str:
     return ""
 
 
-def stage_layer_counts(num_layers: int, pp: int, *, vpp: int | None = None,
+def stage_layer_counts(num_layers: int, pp: int, *, vpp: int | None = None,  # noqa: C901
                        first: int | None = None, last: int | None = None,
                        embedding: bool = False, loss: bool = False) -> tuple[int, ...]:
     """Transformer layers of each pipeline stage, Megatron's checks applied.
@@ -506,7 +506,8 @@ def bytes_work(model_bytes: float, num_layers: int, split: tuple[tuple[range, ..
 MAX_MODEL_BYTES = 1e15  # 1 PB: far above any model; larger is a typo
 
 
-def job_stages(cfg, *, model_bytes: float | None = None, layers: int | None = None,
+def job_stages(cfg, *, model_bytes: float | None = None,  # noqa: C901
+               layers: int | None = None,
                model_fields: dict[str, Any] | None = None, model_config: str | None = None,
                micro_batch_size: int | None = None, seq_length: int | None = None,
                bytes_per_param: float = 2.0, first: int | None = None, last: int | None = None,
