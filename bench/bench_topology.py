@@ -23,6 +23,7 @@ from simharness.topology.cost import predict  # noqa: E402
 from simharness.topology.locality import analyse  # noqa: E402
 from simharness.topology.overlap import simulate  # noqa: E402
 from simharness.topology.placement import place_layout  # noqa: E402
+from simharness.topology.workload import job_stages, model_spec  # noqa: E402
 
 WORLD = 16384
 CONFIGS = {
@@ -53,8 +54,8 @@ def bench_scale() -> None:
         lay, t_lay = timed(build_layout, ParallelismConfig(world_size=WORLD, **sizes))
         placement, t_place = timed(place_layout, lay, cluster)
         (rows, findings), t_loc = timed(analyse, lay, placement)
-        rep, t_sim = timed(simulate, lay, placement, model_bytes=140e9, layers=80,
-                             compute_ms=5.0)
+        stages, _ = job_stages(lay.config, model_bytes=140e9, layers=80)
+        rep, t_sim = timed(simulate, lay, placement, stages=stages, compute_ms=5.0)
         total = t_place + t_loc + t_sim
         print(f"{name:28s} {t_lay:7.3f} {t_place:7.3f} {t_loc:9.3f} {t_sim:9.3f} {total:7.3f}"
               f"  {len(rows):5d} {len(findings):8d} {rep.gain_pct:5.1f}%")
