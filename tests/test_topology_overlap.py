@@ -257,6 +257,29 @@ def test_model_config_files(tmp_path):
             model_fields={"hidden_size": 1024})
 
 
+def test_deepseek_hugging_face_config(tmp_path):
+    import json
+    cfg = {"first_k_dense_replace": 3, "hidden_act": "silu", "hidden_size": 7168,
+           "intermediate_size": 18432, "kv_lora_rank": 512, "moe_intermediate_size": 2048,
+           "moe_layer_freq": 1, "n_routed_experts": 256, "n_shared_experts": 1,
+           "num_attention_heads": 128, "num_experts_per_tok": 8, "num_hidden_layers": 61,
+           "num_key_value_heads": 128, "q_lora_rank": 1536, "qk_nope_head_dim": 128,
+           "qk_rope_head_dim": 64, "tie_word_embeddings": False, "v_head_dim": 128,
+           "vocab_size": 129280}
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(cfg))
+    from simharness.topology.workload import model_fields_from_file, model_spec
+    model = model_spec(model_fields_from_file(path))
+    assert model.total_params() / 1e9 == pytest.approx(671, abs=1)  # DeepSeek-V3: 671B
+    assert model.num_moe_experts == 256 and model.moe_first_dense_layers == 3
+    path.write_text(json.dumps(dict(cfg, moe_layer_freq=[0, 1, 0, 1])))
+    with pytest.raises(TopologyError, match="moe_layer_freq \\[0, 1, 0, 1\\] is not modelled"):
+        model_fields_from_file(path)
+    path.write_text(json.dumps(dict(cfg, first_k_dense_replace=None,
+                                    moe_layer_freq="([0]*3+[1]*58)")))
+    assert model_fields_from_file(path)["moe_first_dense_layers"] == 3
+
+
 def test_dist_opt_never_uses_the_all_gather_group():
     fsdp = run(32, "dgx-h100-superpod", 4, pp=4, vpp=2, model_bytes=40e9, layers=16,
                compute_ms=1.0)

@@ -279,11 +279,45 @@ def model_fields_from_file(path: str | Path) -> dict[str, Any]:  # noqa: C901
             and "num_local_experts" in raw and "ffn_hidden_size" in out:
         # Mixtral: intermediate_size is each expert's width, every layer MoE
         out["moe_ffn_hidden_size"] = out.pop("ffn_hidden_size")
+    pattern = _moe_pattern(raw, path)
+    if pattern is not None and "moe_first_dense_layers" in out and \
+            out["moe_first_dense_layers"] != pattern:
+        raise TopologyError(f"--model-config {path}: moe_layer_freq puts {pattern} dense layers "
+                            f"first but first_k_dense_replace says "
+                            f"{out['moe_first_dense_layers']}; keep one")
+    if pattern is not None:
+        out["moe_first_dense_layers"] = pattern
     if not out:
         raise TopologyError(f"--model-config {path}: no model fields found (expected e.g. "
                             "hidden_size, num_layers / num_hidden_layers, ffn_hidden_size / "
                             "intermediate_size)")
     return out
+
+
+def _moe_pattern(raw: dict, path) -> int | None:
+    """Leading dense layers from Megatron's ``moe_layer_freq`` (1, a 0/1 list or
+    ``"([0]*3+[1]*58)"``) or Hugging Face's ``mlp_only_layers`` / ``decoder_sparse_step``;
+    other patterns are refused (only leading dense layers are modelled)."""
+    import re
+    freq = raw.get("moe_layer_freq")
+    step = raw.get("decoder_sparse_step")
+    if step not in (None, 1) or raw.get("mlp_only_layers"):
+        raise TopologyError(f"--model-config {path}: interleaved dense/MoE layers "
+                            "(decoder_sparse_step, mlp_only_layers) are not modelled; only "
+                            "leading dense layers (first_k_dense_replace) are")
+    if freq is None or freq == 1:
+        return None
+    if isinstance(freq, str):
+        m = re.fullmatch(r"\s*\(?\s*\[0\]\s*\*\s*(\d+)\s*\+\s*\[1\]\s*\*\s*(\d+)\s*\)?\s*",
+                         freq)
+        if m:
+            return int(m.group(1))
+    if isinstance(freq, list) and all(x in (0, 1) for x in freq):
+        k = freq.index(1) if 1 in freq else len(freq)
+        if all(x == 1 for x in freq[k:]):
+            return k
+    raise TopologyError(f"--model-config {path}: moe_layer_freq {freq!r} is not modelled; "
+                        "only 1 or leading dense layers then MoE ([0]*k+[1]*n) are")
 
 
 def _first_line(exc: Exception) -> str:
