@@ -23,7 +23,7 @@ from simharness.topology.cost import predict  # noqa: E402
 from simharness.topology.locality import analyse  # noqa: E402
 from simharness.topology.overlap import simulate  # noqa: E402
 from simharness.topology.placement import place_layout  # noqa: E402
-from simharness.topology.workload import job_stages, model_spec  # noqa: E402
+from simharness.topology.workload import job_stages  # noqa: E402
 
 WORLD = 16384
 CONFIGS = {
