@@ -280,6 +280,23 @@ def test_deepseek_hugging_face_config(tmp_path):
     assert model_fields_from_file(path)["moe_first_dense_layers"] == 3
 
 
+def test_compute_from_flops_uses_the_topology_peak():
+    small = dict(hidden_size=1024, num_layers=4, ffn_hidden_size=4096, num_attention_heads=16)
+    rep = run(16, "dgx-h100-superpod", 2, model_fields=small, micro_batch_size=2,
+              seq_length=1024, mfu=0.5)
+    # per layer: 2 x (4 h^2 + 3 h ffn + 2 h) FLOPs per token + causal scores 2 s h
+    h, f, toks = 1024, 4096, 2 * 1024
+    flops = toks * (2 * (4 * h * h + 3 * h * f + 2 * h) + 2 * 1024 * h)
+    assert rep.stages[0].forward_s == pytest.approx(4 * flops / (989e12 * 0.5))
+    assert rep.stages[0].backward_s == pytest.approx(2 * rep.stages[0].forward_s)
+    given = run(16, "dgx-h100-superpod", 2, model_fields=small, micro_batch_size=2,
+                seq_length=1024, mfu=0.5, peak_tflops=494.5)
+    assert given.stages[0].forward_s == pytest.approx(2 * rep.stages[0].forward_s)
+    with pytest.raises(TopologyError, match="gives no \\[node\\] peak_bf16_tflops"):
+        run(8, "cpu-loopback", 1, model_fields=small, micro_batch_size=2, seq_length=1024,
+            mfu=0.5)
+
+
 def test_dist_opt_never_uses_the_all_gather_group():
     fsdp = run(32, "dgx-h100-superpod", 4, pp=4, vpp=2, model_bytes=40e9, layers=16,
                compute_ms=1.0)
