@@ -434,6 +434,12 @@ class OverlapReport:
             "cost_classes": self.cost_classes, "verdict": self.verdict}
 
 
+_ROLE_NAMES = {"dense_ag": "dense all-gather", "dense_rs": "dense reduce-scatter",
+               "exp_ag": "expert all-gather", "exp_rs": "expert reduce-scatter"}
+_COLL = {"ag": "all_gather", "rs": "reduce_scatter"}
+
+
+
 def _significant(x: np.ndarray, digits: int) -> np.ndarray:
     """``x`` rounded to ``digits`` significant digits (for grouping equal costs)."""
     mag = np.where(x > 0, 10.0 ** np.floor(np.log10(np.where(x > 0, x, 1.0))), 1.0)
@@ -449,31 +455,10 @@ def _inverse(groups: np.ndarray, first_rank: int, world: int, kind: str) -> np.n
     return inv
 
 
-@dataclass
-class _Kind:
-    """One group kind's rings on the cluster, ring classes and NCCL prices (mutable cache)."""
-
-    name: str
-    groups: np.ndarray
-    rings: Rings
-    conc: np.ndarray
-    inv: np.ndarray
-    keep: dict = field(default_factory=dict)      # frozenset(kinds) -> per-ring share
-    ring_class: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
-    class_first: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
-    prices: dict = field(default_factory=dict)
-
-    @property
-    def size(self) -> int:
-        return int(self.groups.shape[1])
-
-
 def _same_ranks(a: np.ndarray, b: np.ndarray) -> bool:
-    if a.shape != b.shape:
-        return False
-    return bool((np.sort(np.sort(a, axis=1), axis=0) == np.sort(np.sort(b, axis=1),
-                                                                 axis=0)).all()) and \
-        {tuple(r) for r in np.sort(a, axis=1)} == {tuple(r) for r in np.sort(b, axis=1)}
+    """Whether two group kinds partition the ranks into the same sets."""
+    return a.shape == b.shape and {frozenset(map(int, r)) for r in a} == \
+        {frozenset(map(int, r)) for r in b}
 
 
 def dp_buckets(unit_params: Sequence[float], bucket_params: float) -> list[list[int]]:
@@ -499,11 +484,6 @@ def dp_buckets(unit_params: Sequence[float], bucket_params: float) -> list[list[
     return out
 
 
-_ROLE_NAMES = {"dense_ag": "dense all-gather", "dense_rs": "dense reduce-scatter",
-               "exp_ag": "expert all-gather", "exp_rs": "expert reduce-scatter"}
-_COLL = {"ag": "all_gather", "rs": "reduce_scatter"}
-
-
 def _check_number(name: str, value, *, positive: bool = False) -> None:
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) \
             or value < 0 or (positive and value == 0):
@@ -511,158 +491,160 @@ def _check_number(name: str, value, *, positive: bool = False) -> None:
                             f"{'> 0' if positive else '>= 0'}, got {value!r}")
 
 
-def simulate(layout, placement: Placement, *, stages: Sequence[StageWork],  # noqa: C901
-             schedule: str = "fsdp", compute_ms: float | None = None,
-             mfu: float | None = None, peak_tflops: float | None = None,
-             grad_scale: float = 1.0, bytes_per_param: float = 2.0, rs_kind: str = "dp_cp",
-             ag_kind: str | None = None, comm_memory_mb: float | None = None,
-             collnet: bool = False, memory_inputs: CommMemoryInputs | None = None,
-             nccl: str = DEFAULT_NCCL, param_gather_with_optimizer_step: bool = False,
-             bucket_params: float | None = None) -> OverlapReport:
-    """Run the step model for ``stages`` (:func:`.workload.stage_work`) of a placed layout.
+# ------------------------------------------------------------------ compute per unit
+def _is_layer(slot) -> bool:
+    return slot.name.startswith("layer")
 
-    Compute: ``compute_ms`` is one transformer layer's backward (forward half of it;
-    other units by their FLOPs where known), or it comes from the units' FLOPs at
-    ``mfu`` of ``peak_tflops`` (default: the topology's ``[node] peak_bf16_tflops``);
-    exactly one of the two. ``grad_scale``: gradient bytes per parameter byte
-    (2 for fp32 gradients of bf16 parameters). ``ag_kind``: the dense all-gather's
-    group kind (fsdp; default the ``<rs_kind>_ag`` twin when the layout has it);
-    it must have the reduce-scatter group's ranks.
-    """
-    if schedule not in SCHEDULES:
-        raise TopologyError(f"unknown --schedule {schedule!r}; expected one of "
-                            f"{', '.join(SCHEDULES)}")
-    nccl = nccl_version(nccl)
-    cfg = layout.config
-    spec = placement.cluster.spec
-    for name, value in (("grad_scale", grad_scale),) + (
-            (("comm_memory_mb", comm_memory_mb),) if comm_memory_mb is not None else ()):
-        _check_number(name, value)
-    _check_number("bytes_per_param", bytes_per_param, positive=True)
-    vpp = int(cfg.virtual_pipeline_model_parallel_size or 1)
-    if param_gather_with_optimizer_step:
-        if schedule != "dist-opt":
-            raise TopologyError("--overlap-param-gather-with-optimizer-step belongs to "
-                                "--schedule dist-opt")
-        if vpp < 2 or int(cfg.pipeline_model_parallel_size) < 2:
-            raise TopologyError("--overlap-param-gather-with-optimizer-step needs interleaved "
-                                "pipelining (Megatron: 'only supported with interleaved "
-                                "pipeline parallelism'); give --pp >= 2 and --vpp >= 2, or "
-                                "drop it")
-    # ---- compute per unit
+
+def compute_times(stages: Sequence[StageWork], spec, *, compute_ms: float | None,
+                  mfu: float | None, peak_tflops: float | None
+                  ) -> tuple[dict[tuple[int, int], float], str]:
+    """Forward seconds of every (stage, unit) and a line saying where they come from."""
     if (compute_ms is None) == (mfu is None):
-        raise TopologyError("give the compute time: --compute-ms (one layer's backward) or "
-                            "--mfu with a model description and tokens (--micro-batch-size, "
-                            "--seq-length); not both" if compute_ms is not None else
-                            "no compute time: give --compute-ms (one layer's backward, ms) or "
-                            "--mfu with a model description and tokens (--micro-batch-size, "
-                            "--seq-length)")
-    layer_flops = [s.forward_flops for st in stages for s in st.slots
-                   if s.name.startswith("layer")]
+        raise TopologyError(
+            "give the compute time once: --compute-ms (one layer's backward) or --mfu, not both"
+            if compute_ms is not None else
+            "no compute time: give --compute-ms (one layer's backward, ms) or --mfu with a "
+            "model description and tokens (--micro-batch-size, --seq-length)")
+    flops = [s.forward_flops for st in stages for s in st.slots if _is_layer(s)]
+    known = bool(flops) and all(f > 0 for f in flops)
     if compute_ms is not None:
         _check_number("compute_ms", compute_ms)
-        mean = sum(layer_flops) / len(layer_flops) if layer_flops else 0.0
-        scale = (lambda f: compute_ms * 1e-3 / BACKWARD_OVER_FORWARD * f / mean) if mean > 0 \
-            and all(f > 0 for f in layer_flops) else None
-        fwd = {(st.stage, k): (scale(s.forward_flops) if scale else
-                               compute_ms * 1e-3 / BACKWARD_OVER_FORWARD
-                               if s.name.startswith("layer") else 0.0)
+        layer_fwd = compute_ms * 1e-3 / BACKWARD_OVER_FORWARD
+        mean = sum(flops) / len(flops) if known else 0.0
+        fwd = {(st.stage, k): (layer_fwd * s.forward_flops / mean if known else
+                               layer_fwd if _is_layer(s) else 0.0)
                for st in stages for k, s in enumerate(st.slots)}
-        how = (f"given: {compute_ms:g} ms backward per transformer layer, forward half of it"
-               + ("; embedding/output layer and uneven layers scaled by their FLOPs"
-                  if scale else ""))
-    else:
-        assert mfu is not None
-        if isinstance(mfu, bool) or not isinstance(mfu, (int, float)) or not 0 < mfu <= 1:
-            raise TopologyError(f"--mfu must be in (0, 1] (a fraction of the GPU's peak), got "
-                                f"{mfu!r}")
-        peak = peak_tflops if peak_tflops is not None else spec.node.peak_bf16_tflops
-        if peak is None:
-            raise TopologyError(f"topology {spec.name!r} gives no [node] peak_bf16_tflops; "
-                                "give --peak-tflops or --compute-ms")
-        _check_number("peak_tflops", peak, positive=True)
-        if not layer_flops or not all(f > 0 for f in layer_flops):
-            raise TopologyError("--mfu needs FLOPs: give a model description (--model-config "
-                                "or --hidden-size ...) and --micro-batch-size with "
-                                "--seq-length; with --model-bytes give --compute-ms")
-        rate = peak * 1e12 * mfu
-        fwd = {(st.stage, k): s.forward_flops / rate for st in stages
-               for k, s in enumerate(st.slots)}
-        src = "given" if peak_tflops is not None else f"topology {spec.name!r}"
-        how = (f"from FLOPs at MFU {mfu:g} of {peak:g} TFLOP/s dense BF16 ({src}); backward "
-               f"{BACKWARD_OVER_FORWARD:g}x forward")
-    # ---- groups
+        return fwd, (f"given: {compute_ms:g} ms backward per transformer layer, forward half "
+                     "of it" + ("; embedding/output layer and other layers scaled by their "
+                                "FLOPs" if known else ""))
+    if isinstance(mfu, bool) or not isinstance(mfu, (int, float)) or not 0 < mfu <= 1:
+        raise TopologyError(f"--mfu must be in (0, 1] (a fraction of the GPU's peak), got "
+                            f"{mfu!r}")
+    peak = peak_tflops if peak_tflops is not None else spec.node.peak_bf16_tflops
+    if peak is None:
+        raise TopologyError(f"topology {spec.name!r} gives no [node] peak_bf16_tflops; give "
+                            "--peak-tflops or --compute-ms")
+    _check_number("peak_tflops", peak, positive=True)
+    if not known:
+        raise TopologyError("--mfu needs FLOPs: give a model description (--model-config or "
+                            "--hidden-size ...) and --micro-batch-size with --seq-length; with "
+                            "--model-bytes give --compute-ms")
+    rate = peak * 1e12 * mfu
+    fwd = {(st.stage, k): s.forward_flops / rate for st in stages
+           for k, s in enumerate(st.slots)}
+    src = "given" if peak_tflops is not None else f"topology {spec.name!r}"
+    return fwd, (f"from FLOPs at MFU {mfu:g} of {peak:g} TFLOP/s dense BF16 ({src}); "
+                 f"backward {BACKWARD_OVER_FORWARD:g}x forward")
+
+
+# ------------------------------------------------------------------ groups and prices
+@dataclass(frozen=True)
+class _Groups:
+    """Which layout group each collective role runs on, and the communicators (queues)
+    with one and with separate all-gather communicators."""
+
+    kind: dict[str, str]            # role label -> layout group kind
+    groups: dict[str, np.ndarray]   # role label -> group rows
+    one_q: dict[str, str]
+    sep_q: dict[str, str]
+
+
+def _job_groups(layout, stages: Sequence[StageWork], schedule: str, rs_kind: str,
+                ag_kind: str | None) -> _Groups:
     kinds = tuple(layout.kinds)
     present = ", ".join(k for k in kinds if not k.endswith("_gloo"))
-    if rs_kind not in kinds:
-        raise TopologyError(f"the layout has no {rs_kind!r} groups; kinds present: {present}")
-    if schedule == "dist-opt":
-        if ag_kind not in (None, rs_kind):
-            raise TopologyError(f"--ag-kind {ag_kind}: the distributed optimizer gathers "
-                                f"parameters on its reduce-scatter group ({rs_kind}); drop "
-                                "--ag-kind or use --schedule fsdp")
-        dense_ag = rs_kind
-    else:
-        dense_ag = ag_kind or (f"{rs_kind}_ag" if f"{rs_kind}_ag" in kinds else rs_kind)
-        if dense_ag not in kinds:
-            raise TopologyError(f"the layout has no {dense_ag!r} groups; kinds present: "
-                                f"{present}")
-    world, first = int(layout.world_size), int(layout.rank_offset)
-    g = {"dense_rs": np.asarray(layout.groups(rs_kind), dtype=np.int64),
-         "dense_ag": np.asarray(layout.groups(dense_ag), dtype=np.int64)}
-    if not _same_ranks(g["dense_rs"], g["dense_ag"]):
+
+    def need(kind: str) -> np.ndarray:
+        if kind not in kinds:
+            raise TopologyError(f"the layout has no {kind!r} groups; kinds present: {present}")
+        return np.asarray(layout.groups(kind), dtype=np.int64)
+
+    rs = need(rs_kind)
+    if schedule == "dist-opt" and ag_kind not in (None, rs_kind):
+        raise TopologyError(f"--ag-kind {ag_kind}: the distributed optimizer gathers "
+                            f"parameters on its reduce-scatter group ({rs_kind}); drop "
+                            "--ag-kind or use --schedule fsdp")
+    twin = f"{rs_kind}_ag" if f"{rs_kind}_ag" in kinds else rs_kind
+    dense_ag = rs_kind if schedule == "dist-opt" else ag_kind or twin
+    ag = need(dense_ag)
+    if not _same_ranks(rs, ag):
         raise TopologyError(f"--ag-kind {dense_ag}: the all-gather must run over the "
-                            f"reduce-scatter group's ranks ({rs_kind} groups of "
-                            f"{g['dense_rs'].shape[1]}), but {dense_ag} groups have other "
-                            f"ranks; use {rs_kind}_ag (create_all_gather_group) or {rs_kind}")
-    has_expert = any(st.expert_bytes > 0 for st in stages)
-    profile = getattr(layout, "profile", None)
-    expert_ag_group = profile is None or bool(profile.expert_all_gather)
-    if has_expert:
-        if "ep_dp" not in kinds:
-            raise TopologyError(f"expert parameters need the layout's ep_dp groups; kinds "
-                                f"present: {present}")
-        g["exp_rs"] = np.asarray(layout.groups("ep_dp"), dtype=np.int64)
-        exp_ag = "ep_dp_ag" if schedule == "fsdp" and "ep_dp_ag" in kinds else "ep_dp"
-        g["exp_ag"] = np.asarray(layout.groups(exp_ag), dtype=np.int64)
-    layout_kind = {"dense_rs": rs_kind, "dense_ag": dense_ag}
-    if has_expert:
-        layout_kind.update(exp_rs="ep_dp", exp_ag=exp_ag)
-    # one communicator per layout group; "separate": the all-gather on its own (fsdp)
-    one_q = {lab: layout_kind[lab].removesuffix("_ag") for lab in g}
+                            f"reduce-scatter group's ranks ({rs_kind} groups of {rs.shape[1]}), "
+                            f"but {dense_ag} groups have other ranks; use {rs_kind}_ag "
+                            f"(create_all_gather_group) or {rs_kind}")
+    kind = {"dense_rs": rs_kind, "dense_ag": dense_ag}
+    groups = {"dense_rs": rs, "dense_ag": ag}
+    if any(st.expert_bytes > 0 for st in stages):
+        kind["exp_rs"] = "ep_dp"
+        kind["exp_ag"] = "ep_dp_ag" if schedule == "fsdp" and "ep_dp_ag" in kinds else "ep_dp"
+        groups.update(exp_rs=need("ep_dp"), exp_ag=need(kind["exp_ag"]))
+    # one communicator per layout group; "separate": each all-gather on its own (fsdp; the
+    # expert one only where the profile has an expert all-gather group, 0.18+)
+    one_q = {lab: k.removesuffix("_ag") for lab, k in kind.items()}
     sep_q = dict(one_q)
+    profile = getattr(layout, "profile", None)
     if schedule == "fsdp":
         sep_q["dense_ag"] = "dense_ag"
-        if has_expert and expert_ag_group:
+        if "exp_ag" in kind and (profile is None or bool(profile.expert_all_gather)):
             sep_q["exp_ag"] = "exp_ag"
-    # ---- rings, shares and classes
-    cluster = placement.cluster
-    labels = [lab for lab in g if g[lab].shape[1] > 1]
-    info: dict[str, _Kind] = {}
-    for lab in labels:
-        r = build_rings(cluster, placement.device_of(g[lab]))
-        info[lab] = _Kind(lab, g[lab], r, r.concurrent_gb_per_s(),
-                          _inverse(g[lab], first, world, layout_kind[lab]))
-    for n_sub in range(2, len(labels) + 1):
-        for sub in itertools.combinations(labels, n_sub):
-            rs_ = [info[lab].rings for lab in sub]
-            offs = [0]
-            for r_ in rs_:
-                offs.append(offs[-1] + r_.n_rings)
-            flows = [r.flow + o for r, o in zip(rs_, offs, strict=False)]
-            rates = maxmin_rates(np.concatenate(flows),
-                                 np.concatenate([r.link for r in rs_]),
-                                 np.concatenate([r.weight for r in rs_]), cluster.capacity,
-                                 int(offs[-1]))
-            for lab, r, o in zip(sub, rs_, offs, strict=False):
-                conc = info[lab].conc
-                with np.errstate(divide="ignore", invalid="ignore"):
-                    info[lab].keep[frozenset(sub)] = np.where(
-                        np.isfinite(conc), rates[o:o + r.n_rings] / conc, 1.0)
-    for lab in labels:
-        k = info[lab]
+    return _Groups(kind, groups, one_q, sep_q)
+
+
+@dataclass
+class _Kind:
+    """One role's rings on the cluster, ring classes and NCCL prices (mutable cache)."""
+
+    groups: np.ndarray
+    rings: Rings
+    conc: np.ndarray
+    inv: np.ndarray
+    keep: dict = field(default_factory=dict)      # frozenset(labels) -> per-ring share
+    ring_class: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
+    class_first: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
+    prices: dict = field(default_factory=dict)
+
+
+class _Pricer:
+    """Rings of every role with traffic, their link shares while other roles move data
+    (max-min over every subset of roles), rank classes, and NCCL's price per size."""
+
+    def __init__(self, layout, placement: Placement, jg: _Groups, *, collnet: bool,
+                 nccl: str):
+        self.cluster = placement.cluster
+        self.collnet, self.nccl = collnet, nccl
+        world, first = int(layout.world_size), int(layout.rank_offset)
+        self.info: dict[str, _Kind] = {}
+        for lab, g in jg.groups.items():
+            if g.shape[1] > 1:
+                r = build_rings(self.cluster, placement.device_of(g))
+                self.info[lab] = _Kind(g, r, r.concurrent_gb_per_s(),
+                                       _inverse(g, first, world, jg.kind[lab]))
+        labels = list(self.info)
+        for n_sub in range(2, len(labels) + 1):
+            for sub in itertools.combinations(labels, n_sub):
+                self._share(sub)
+        for k in self.info.values():
+            self._classes(k)
+
+    def _share(self, sub: tuple[str, ...]) -> None:
+        rings = [self.info[lab].rings for lab in sub]
+        offs = [0]
+        for r in rings:
+            offs.append(offs[-1] + r.n_rings)
+        flows = [r.flow + o for r, o in zip(rings, offs, strict=False)]
+        rates = maxmin_rates(np.concatenate(flows), np.concatenate([r.link for r in rings]),
+                             np.concatenate([r.weight for r in rings]), self.cluster.capacity,
+                             int(offs[-1]))
+        for lab, r, o in zip(sub, rings, offs, strict=False):
+            conc = self.info[lab].conc
+            with np.errstate(divide="ignore", invalid="ignore"):
+                self.info[lab].keep[frozenset(sub)] = np.where(
+                    np.isfinite(conc), rates[o:o + r.n_rings] / conc, 1.0)
+
+    def _classes(self, k: _Kind) -> None:
         r = k.rings
-        domains = np.array([np.unique(cluster.domain_of(d)).size for d in r.devices])
+        domains = np.array([np.unique(self.cluster.domain_of(d)).size for d in r.devices])
         cols = [domains, _significant(np.where(np.isfinite(k.conc), k.conc, 0.0), 9),
                 _significant(np.where(np.isfinite(r.net_gb_per_s), r.net_gb_per_s, 0.0), 9),
                 r.step_latency_us] + [_significant(v, 9) for v in k.keep.values()]
@@ -670,224 +652,297 @@ def simulate(layout, placement: Placement, *, stages: Sequence[StageWork],  # no
                                           return_inverse=True)
         k.ring_class = np.asarray(inv).ravel()
 
-    def price(lab: str, cls: int, role: str, size: float) -> Estimate:
-        k = info[lab]
+    def combos(self, ranks: np.ndarray) -> list[dict[str, int]]:
+        """The distinct (ring class per role) rows of ``ranks`` (0-based)."""
+        if not self.info:
+            return [{}]
+        cols = np.stack([k.ring_class[k.inv[ranks]] for k in self.info.values()], axis=1)
+        return [dict(zip(self.info, map(int, row), strict=False))
+                for row in np.unique(cols, axis=0)]
+
+    def price(self, lab: str, cls: int, role: str, size: float):
+        """(NCCL's estimate, the group shape) for one call of ``role`` of ``size`` bytes."""
+        k = self.info[lab]
         key = (cls, role, round(size))
         if key not in k.prices:
             i = int(k.class_first[cls])
-            shape = shape_of(cluster, k.rings, i, rate_gb_per_s=float(k.conc[i]),
-                             collnet=collnet)
-            est = choose(shape, _COLL[role], size, nccl=nccl)
-            k.prices[key] = (est, shape)
-        return k.prices[key][0]
+            shape = shape_of(self.cluster, k.rings, i, rate_gb_per_s=float(k.conc[i]),
+                             collnet=self.collnet)
+            k.prices[key] = (choose(shape, _COLL[role], size, nccl=self.nccl), shape)
+        return k.prices[key]
 
-    def keep_fn(combo: dict[str, int]) -> Callable[[str, frozenset[str]], float]:
+    def coll(self, combo: dict[str, int], lab: str, size: float) -> Coll | None:
+        if lab not in self.info or size <= 0:
+            return None
+        role = lab.split("_")[1]
+        est: Estimate = self.price(lab, combo[lab], role, size)[0]
+        return Coll(role, lab, est.latency_us * 1e-6, size, est.algbw_gb_per_s * 1e9,
+                    int(est.n_channels))
+
+    def keep_fn(self, combo: dict[str, int]) -> Callable[[str, frozenset[str]], float]:
         cache: dict = {}
 
         def keep(lab: str, moving: frozenset[str]) -> float:
-            sub = frozenset(m for m in moving if m in info)
-            if len(sub) < 2 or lab not in info:
+            sub = frozenset(m for m in moving if m in self.info)
+            if len(sub) < 2 or lab not in self.info:
                 return 1.0
             if (lab, sub) not in cache:
-                k = info[lab]
-                ring = int(k.class_first[combo[lab]])
-                cache[(lab, sub)] = float(k.keep[sub][ring])
+                k = self.info[lab]
+                cache[(lab, sub)] = float(k.keep[sub][int(k.class_first[combo[lab]])])
             return cache[(lab, sub)]
         return keep
 
-    # ---- units per stage and rank class
-    pp_groups = np.asarray(layout.groups("pp"), dtype=np.int64)
-    sms = spec.node.sms
-    scen = [("links shared", 0.0, False)]
-    if sms:
-        scen += [("links + SMs", 1.0 / sms, False), ("links + SMs + one launch queue",
-                                                     1.0 / sms, True)]
+
+# ------------------------------------------------------------------ the schedules
+@dataclass(frozen=True)
+class _Sched:
+    schedule: str
+    grad_scale: float
+    bytes_per_param: float
+    bucket_params: float
+    opt_step: bool
+
+
+def _fsdp_units(st: StageWork, fwd: list[float], combo, pr: _Pricer, s: _Sched) -> list[Unit]:
+    def pair(a: str, b: str, scale: float, slot) -> tuple[Coll, ...]:
+        return tuple(c for c in (pr.coll(combo, a, slot.dense_bytes * scale),
+                                 pr.coll(combo, b, slot.expert_bytes * scale)) if c)
+    ag = [pair("dense_ag", "exp_ag", 1.0, slot) for slot in st.slots]
+    rs = [pair("dense_rs", "exp_rs", s.grad_scale, slot) for slot in st.slots]
+    n = len(st.slots)
+    units = [Unit(fwd[k], ag[k], (), k - 1) for k in range(n)]
+    for k in reversed(range(n)):
+        units.append(Unit(fwd[k] * BACKWARD_OVER_FORWARD, ag[k], rs[k], len(units) - 1))
+    return units
+
+
+def _dist_opt_units(st: StageWork, fwd: list[float], combo, pr: _Pricer,
+                    s: _Sched) -> list[Unit]:
+    n = len(st.slots)
+    before: list[list[tuple[Coll, int]]] = [[] for _ in range(n)]
+    after: list[list[Coll]] = [[] for _ in range(n)]
+    chunks = sorted({slot.chunk for slot in st.slots})
+    chunk_first = {c: min(k for k, slot in enumerate(st.slots) if slot.chunk == c)
+                   for c in chunks}
+    for kind, attr in (("dense", "dense_bytes"), ("exp", "expert_bytes")):
+        prev_head = -1
+        for c in chunks:
+            idx = [k for k, slot in enumerate(st.slots) if slot.chunk == c]
+            sizes = [getattr(st.slots[k], attr) for k in idx]
+            for b in reversed(dp_buckets([x / s.bytes_per_param for x in sizes],
+                                         s.bucket_params)):
+                members = [idx[j] for j in b]
+                size = sum(getattr(st.slots[k], attr) for k in members)
+                head = min(members)
+                # dispatch: every chunk in the optimizer step; chunks 0, 1 at the start and
+                # chunk c when chunk c-1 starts (interleaved); else when the previous bucket
+                # is waited for
+                when = -1 if s.opt_step else (-1 if c < 2 else chunk_first[c - 1]) \
+                    if len(chunks) > 1 else prev_head
+                prev_head = head
+                if a := pr.coll(combo, f"{kind}_ag", size):
+                    before[head].append((a, when))
+                if r := pr.coll(combo, f"{kind}_rs", size * s.grad_scale):
+                    after[head].append(r)
+    units = [Unit(fwd[k], tuple(c for c, _ in before[k]), (), tuple(w for _, w in before[k]))
+             for k in range(n)]
+    units += [Unit(fwd[k] * BACKWARD_OVER_FORWARD, (), tuple(after[k]))
+              for k in reversed(range(n))]
+    return units
+
+
+def _scenarios(sms: int | None) -> list[tuple[str, float, bool]]:
+    if not sms:
+        return [("links shared", 0.0, False), ("links + one launch queue", 0.0, True)]
+    return [("links shared", 0.0, False), ("links + SMs", 1.0 / sms, False),
+            ("links + SMs + one launch queue", 1.0 / sms, True)]
+
+
+def _collective_rows(units: Sequence[Unit], combo, pr: _Pricer, jg: _Groups,
+                     nccl: str) -> tuple[CollRow, ...]:
+    seen: dict[tuple[str, float], int] = {}
+    for unit in units:
+        for c in unit.before + unit.after:
+            seen[(c.group, c.volume)] = seen.get((c.group, c.volume), 0) + 1
+    rows = []
+    for (lab, size), count in sorted(seen.items()):
+        role = lab.split("_")[1]
+        est, shape = pr.price(lab, combo[lab], role, size)
+        opts = tuple((e.pick, round(e.latency_us, 2), round(e.algbw_gb_per_s, 2),
+                      round(e.time_us, 2))
+                     for e in tune(shape, _COLL[role], nccl=nccl).all_estimates(size))
+        rows.append(CollRow(_ROLE_NAMES[lab], jg.kind[lab], int(pr.info[lab].groups.shape[1]),
+                            size, est.pick, int(est.n_channels),
+                            est.latency_us * 1e-6 + size / (est.algbw_gb_per_s * 1e9), count,
+                            est.latency_us * 1e-6, shape.describe(), opts))
+    return tuple(rows)
+
+
+def _queue_note(scenarios: Sequence[Scenario]) -> str:
+    q, prev = scenarios[-1], scenarios[-2]
+    if q.one_held_s == 0 and q.separate_held_s == 0:
+        return ("one launch queue (CUDA_DEVICE_MAX_CONNECTIONS=1) changes nothing here: "
+                "whenever a unit's compute was ready, every collective issued before it had "
+                "already started, so no kernel was held behind another")
+    same = all(math.isclose(a, b, rel_tol=1e-9, abs_tol=1e-12) for a, b in (
+        (q.one_step_s, prev.one_step_s), (q.separate_step_s, prev.separate_step_s)))
+    return (f"one launch queue (CUDA_DEVICE_MAX_CONNECTIONS=1) holds compute behind queued "
+            f"collectives for {q.one_held_s * 1e3:.3f} ms with one communicator and "
+            f"{q.separate_held_s * 1e3:.3f} ms with a separate all-gather communicator "
+            "(slowest stage)" + ("; the step does not change: the communicators are busy end "
+                                 "to end, and holding compute delays no collective"
+                                 if same else ""))
+
+
+def _unknowns(spec, has_expert: bool, hbm: float | None) -> tuple[str, ...]:
+    out = ["the order your code issues collectives and compute in (the model issues a unit's "
+           "all-gather when the previous one starts)",
+           "pipeline bubbles, other micro-batches and the optimizer step (one micro-batch "
+           "forward and backward per stage is modelled)"]
+    if has_expert:
+        out.append("routing balance and the token all-to-all (expert FLOPs assume balanced "
+                   "routing; all-to-all time is not modelled)")
+    if not spec.node.sms:
+        out.append(f"SM contention: topology {spec.name!r} gives no [node] sms")
+    if hbm is None:
+        out.append(f"HBM contention: topology {spec.name!r} gives no [node] hbm_gb_per_s")
     else:
-        scen += [("links + one launch queue", 0.0, True)]
-    bucket = {}
-    for lab, dp in (("dense", g["dense_rs"].shape[1]),
-                    ("exp", g["exp_rs"].shape[1] if has_expert else 1)):
-        bucket[lab] = bucket_params if bucket_params is not None else max(4e7, 1e6 * dp)
+        out.append(f"whether compute is HBM-bound (the collectives use ~{hbm:.0%} of HBM "
+                   "bandwidth while running)")
+    return tuple(out)
 
-    def colls(combo, lab, role, size):
-        if lab not in info or size <= 0:
-            return None
-        est = price(lab, combo[lab], role, size)
-        return Coll(role, lab, est.latency_us * 1e-6, size, est.algbw_gb_per_s * 1e9,
-                    int(getattr(est, "n_channels", 0)))
 
-    def stage_units(st: StageWork, combo: dict[str, int]) -> list[Unit]:
-        n = len(st.slots)
-        f = [fwd[(st.stage, k)] for k in range(n)]
-        units: list[Unit] = []
-        if schedule == "fsdp":
-            ag = [tuple(c for c in (colls(combo, "dense_ag", "ag", s.dense_bytes),
-                                    colls(combo, "exp_ag", "ag", s.expert_bytes)) if c)
-                  for s in st.slots]
-            rs = [tuple(c for c in (colls(combo, "dense_rs", "rs", s.dense_bytes * grad_scale),
-                                    colls(combo, "exp_rs", "rs", s.expert_bytes * grad_scale))
-                        if c) for s in st.slots]
-            for k in range(n):
-                units.append(Unit(f[k], ag[k], (), len(units) - 1))
-            for k in reversed(range(n)):
-                units.append(Unit(f[k] * BACKWARD_OVER_FORWARD, ag[k], rs[k], len(units) - 1))
-            return units
-        # dist-opt: buckets per chunk, dense and expert buffers apart
-        before: list[list[tuple[Coll, int]]] = [[] for _ in range(n)]
-        after: list[list[Coll]] = [[] for _ in range(n)]
-        chunks = sorted({s.chunk for s in st.slots})
-        chunk_first = {c: min(k for k, s in enumerate(st.slots) if s.chunk == c)
-                       for c in chunks}
-        for kind, attr in (("dense", "dense_bytes"), ("exp", "expert_bytes")):
-            prev_first = -1
-            for c in chunks:
-                idx = [k for k, s in enumerate(st.slots) if s.chunk == c]
-                sizes = [getattr(st.slots[k], attr) for k in idx]
-                for b in reversed(dp_buckets([x / bytes_per_param for x in sizes],
-                                             bucket[kind])):
-                    members = [idx[j] for j in b]
-                    size = sum(getattr(st.slots[k], attr) for k in members)
-                    a = colls(combo, f"{kind}_ag", "ag", size)
-                    r = colls(combo, f"{kind}_rs", "rs", size * grad_scale)
-                    head = min(members)
-                    if param_gather_with_optimizer_step:
-                        when = -1
-                    elif len(chunks) > 1:
-                        when = -1 if c < 2 else chunk_first[c - 1]
-                    else:
-                        when = prev_first
-                    prev_first = head
-                    if a:
-                        before[head].append((a, when))
-                    if r:
-                        after[head].append(r)
-        for k in range(n):
-            units.append(Unit(f[k], tuple(c for c, _ in before[k]),
-                              (), tuple(w for _, w in before[k])))
-        for k in reversed(range(n)):
-            units.append(Unit(f[k] * BACKWARD_OVER_FORWARD, (), tuple(after[k])))
-        return units
+def _extra_communicators(layout) -> int:
+    """The all-gather communicators the layout has, or turning the flag on would add
+    (an expert one only from megatron-core 0.18)."""
+    extra = sum(1 for k in layout.kinds if k.endswith("_ag"))
+    if extra:
+        return extra
+    profile = getattr(layout, "profile", None)
+    expert = profile is None or bool(profile.expert_all_gather)
+    return 1 + int(expert and int(getattr(layout.config, "expert_model_parallel_size", 1)) > 1)
 
-    def combos_of(st: StageWork) -> list[dict[str, int]]:
-        ranks = pp_groups[:, st.stage] - first
-        if not info:
-            return [{}]
-        cols = np.stack([info[lab].ring_class[info[lab].inv[ranks]] for lab in info], axis=1)
-        return [dict(zip(info, map(int, row), strict=False)) for row in np.unique(cols, axis=0)]
 
-    all_combos = {st.stage: combos_of(st) for st in stages}
-    units_of = {(st.stage, j): stage_units(st, c) for st in stages
-                for j, c in enumerate(all_combos[st.stage])}
+def _check_inputs(cfg, schedule: str, grad_scale: float, bytes_per_param: float,
+                  comm_memory_mb: float | None, opt_step: bool) -> None:
+    if schedule not in SCHEDULES:
+        raise TopologyError(f"unknown --schedule {schedule!r}; expected one of "
+                            f"{', '.join(SCHEDULES)}")
+    _check_number("grad_scale", grad_scale)
+    if comm_memory_mb is not None:
+        _check_number("comm_memory_mb", comm_memory_mb)
+    _check_number("bytes_per_param", bytes_per_param, positive=True)
+    if opt_step:
+        if schedule != "dist-opt":
+            raise TopologyError("--overlap-param-gather-with-optimizer-step belongs to "
+                                "--schedule dist-opt")
+        if int(cfg.virtual_pipeline_model_parallel_size or 1) < 2 or \
+                int(cfg.pipeline_model_parallel_size) < 2:
+            raise TopologyError("--overlap-param-gather-with-optimizer-step needs interleaved "
+                                "pipelining (Megatron: 'only supported with interleaved "
+                                "pipeline parallelism'); give --pp >= 2 and --vpp >= 2, or "
+                                "drop it")
+
+
+def simulate(layout, placement: Placement, *, stages: Sequence[StageWork],
+             schedule: str = "fsdp", compute_ms: float | None = None,
+             mfu: float | None = None, peak_tflops: float | None = None,
+             grad_scale: float = 1.0, bytes_per_param: float = 2.0, rs_kind: str = "dp_cp",
+             ag_kind: str | None = None, comm_memory_mb: float | None = None,
+             collnet: bool = False, memory_inputs: CommMemoryInputs | None = None,
+             nccl: str = DEFAULT_NCCL, param_gather_with_optimizer_step: bool = False,
+             bucket_params: float | None = None) -> OverlapReport:
+    """Run the step model for ``stages`` (:func:`.workload.job_stages`) of a placed layout.
+
+    Compute: ``compute_ms`` is one transformer layer's backward (forward half of it;
+    other units by their FLOPs where known), or it comes from the units' FLOPs at
+    ``mfu`` of ``peak_tflops`` (default: the topology's ``[node] peak_bf16_tflops``);
+    exactly one of the two. ``grad_scale``: gradient bytes per parameter byte
+    (2 for fp32 gradients of bf16 parameters). ``ag_kind``: the dense all-gather's
+    group kind (fsdp; default the ``<rs_kind>_ag`` twin when the layout has it);
+    it must have the reduce-scatter group's ranks. ``bucket_params``: dist-opt's
+    bucket size (default ``max(40M, 1M x dp)``, ``distributed_data_parallel.py:131-134``,
+    dp without CP, ``process_groups_config.py:581``).
+    """
+    cfg = layout.config
+    spec = placement.cluster.spec
+    _check_inputs(cfg, schedule, grad_scale, bytes_per_param, comm_memory_mb,
+                  param_gather_with_optimizer_step)
+    nccl = nccl_version(nccl)
+    fwd, how = compute_times(stages, spec, compute_ms=compute_ms, mfu=mfu,
+                             peak_tflops=peak_tflops)
+    jg = _job_groups(layout, stages, schedule, rs_kind, ag_kind)
+    pr = _Pricer(layout, placement, jg, collnet=collnet, nccl=nccl)
+    dp = jg.groups["dense_rs"].shape[1] // max(int(cfg.context_parallel_size), 1)
+    sched = _Sched(schedule, grad_scale, bytes_per_param,
+                   bucket_params if bucket_params is not None else max(4e7, 1e6 * dp),
+                   param_gather_with_optimizer_step)
+    build = _fsdp_units if schedule == "fsdp" else _dist_opt_units
+    pp_groups = np.asarray(layout.groups("pp"), dtype=np.int64)
+    combos = {st.stage: pr.combos(pp_groups[:, st.stage] - int(layout.rank_offset))
+              for st in stages}
+    units = {(st.stage, j): build(st, [fwd[(st.stage, k)] for k in range(len(st.slots))],
+                                  c, pr, sched)
+             for st in stages for j, c in enumerate(combos[st.stage])}
+    scen = _scenarios(spec.node.sms)
     results: dict[str, dict[int, tuple[Timeline, Timeline, int]]] = {}
     for name, sm, single in scen:
-        per_stage = {}
+        results[name] = {}
         for st in stages:
-            worst_one = worst_sep = None
-            worst_j = 0
-            for j, combo in enumerate(all_combos[st.stage]):
-                u = units_of[(st.stage, j)]
-                keep = keep_fn(combo)
-                one = run_units(u, one_q, keep, sm_per_cta=sm, single_queue=single)
-                sep = one if sep_q == one_q else run_units(u, sep_q, keep, sm_per_cta=sm,
-                                                           single_queue=single)
-                if worst_one is None or one.step_s > worst_one.step_s:
-                    worst_one, worst_j = one, j
-                if worst_sep is None or sep.step_s > worst_sep.step_s:
-                    worst_sep = sep
-            assert worst_one is not None and worst_sep is not None
-            per_stage[st.stage] = (worst_one, worst_sep, worst_j)
-        results[name] = per_stage
+            runs = []
+            for j, combo in enumerate(combos[st.stage]):
+                keep = pr.keep_fn(combo)
+                one = run_units(units[(st.stage, j)], jg.one_q, keep, sm_per_cta=sm,
+                                single_queue=single)
+                sep = one if jg.sep_q == jg.one_q else run_units(
+                    units[(st.stage, j)], jg.sep_q, keep, sm_per_cta=sm, single_queue=single)
+                runs.append((one, sep, j))
+            slow = max(runs, key=lambda r: r[0].step_s)
+            results[name][st.stage] = (slow[0], max((r[1] for r in runs),
+                                                    key=lambda t: t.step_s), slow[2])
     base = results[scen[0][0]]
-    rows = []
-    for st in stages:
-        one, sep, _ = base[st.stage]
-        f = sum(fwd[(st.stage, k)] for k in range(len(st.slots)))
-        rows.append(StageRow(st.stage, tuple(len(r) for r in st.layers),
-                             min((r.start for r in st.layers if len(r)), default=0),
-                             st.dense_bytes, st.expert_bytes, f, f * BACKWARD_OVER_FORWARD,
-                             one, sep))
+    rows = tuple(StageRow(st.stage, tuple(len(r) for r in st.layers),
+                          min((r.start for r in st.layers if len(r)), default=0),
+                          st.dense_bytes, st.expert_bytes,
+                          sum(fwd[(st.stage, k)] for k in range(len(st.slots))),
+                          BACKWARD_OVER_FORWARD * sum(fwd[(st.stage, k)]
+                                                      for k in range(len(st.slots))),
+                          base[st.stage][0], base[st.stage][1]) for st in stages)
     scenarios = tuple(Scenario(name, max(v[0].step_s for v in results[name].values()),
                                max(v[1].step_s for v in results[name].values()),
                                max(v[0].held_s for v in results[name].values()),
                                max(v[1].held_s for v in results[name].values()))
                       for name, _, _ in scen)
     worst = max(range(len(rows)), key=lambda i: rows[i].one.step_s)
-    w_stage = stages[worst]
-    w_combo = all_combos[w_stage.stage][base[w_stage.stage][2]]
-    # ---- the collectives of the worst stage
-    seen: dict[tuple[str, float], int] = {}
-    for unit in units_of[(w_stage.stage, base[w_stage.stage][2])]:
-        for c in unit.before + unit.after:
-            seen[(c.group, c.volume)] = seen.get((c.group, c.volume), 0) + 1
-    crow = []
-    for (lab, size), count in sorted(seen.items()):
-        role = lab.split("_")[1]
-        est, shape = info[lab].prices[(w_combo[lab], role, round(size))]
-        opts = tuple((e.pick, round(e.latency_us, 2), round(e.algbw_gb_per_s, 2),
-                      round(e.time_us, 2))
-                     for e in tune(shape, _COLL[role], nccl=nccl).all_estimates(size))
-        crow.append(CollRow(_ROLE_NAMES[lab], layout_kind[lab], info[lab].size, size,
-                            est.pick, int(getattr(est, "n_channels", 0)),
-                            est.latency_us * 1e-6 + size / (est.algbw_gb_per_s * 1e9), count,
-                            est.latency_us * 1e-6, shape.describe(), opts))
+    w_st, w_j = stages[worst].stage, base[stages[worst].stage][2]
+    w_combo = combos[w_st][w_j]
+    crow = _collective_rows(units[(w_st, w_j)], w_combo, pr, jg, nccl)
     tot = sum(c.alone_s * c.count for c in crow)
-    lat = sum(c.latency_s * c.count for c in crow)
-    latency_share = lat / tot if tot else 0.0
-    keep = keep_fn(w_combo)
-    moving = frozenset(info)
-    slowdown = max((1.0 / max(keep(lab, moving), 1e-12) for lab in info), default=1.0)
+    latency_share = sum(c.latency_s * c.count for c in crow) / tot if tot else 0.0
+    keep = pr.keep_fn(w_combo)
+    slowdown = max((1.0 / max(keep(lab, frozenset(pr.info)), 1e-12) for lab in pr.info),
+                   default=1.0)
     # ---- memory of the extra communicators
-    extra = sum(1 for k in kinds if k.endswith("_ag"))
-    if extra == 0:  # flag off: count what turning it on would add
-        extra = 1 + (expert_ag_group and int(getattr(cfg, "expert_model_parallel_size", 1)) > 1)
     ag_algo = next((c.pick.split("/")[0] for c in crow if c.what == "dense all-gather"), "ring")
-    mem_inputs = memory_inputs or CommMemoryInputs(
-        algos=(ag_algo,), protocols=("simple", "ll", "ll128") if spec.node.arch else ("simple",))
-    memory = comm_memory(mem_inputs, nvls_capable=spec.scale_up.nvls, nccl=nccl)
+    memory = comm_memory(memory_inputs or CommMemoryInputs(
+        algos=(ag_algo,), protocols=("simple", "ll", "ll128") if spec.node.arch else
+        ("simple",)), nvls_capable=spec.scale_up.nvls, nccl=nccl)
     per_comm = memory.total_mb if comm_memory_mb is None else float(comm_memory_mb)
-    mem_lines = tuple(memory.lines()) if comm_memory_mb is None else \
-        (f"{per_comm:g} MB per communicator (given)",)
     hbm = None
     if spec.node.hbm_gb_per_s and crow:
         wire = max(c.size_bytes / max(c.alone_s, 1e-12) for c in crow)
         hbm = 2 * wire * HBM_BYTES_PER_WIRE_BYTE / (spec.node.hbm_gb_per_s * 1e9)
-    unknowns = ["the order your code issues collectives and compute in (the model issues a "
-                "unit's all-gather when the previous one starts)",
-                "pipeline bubbles, other micro-batches and the optimizer step (one micro-batch "
-                "forward and backward per stage is modelled)"]
-    if has_expert:
-        unknowns.append("routing balance and the token all-to-all (expert FLOPs assume "
-                        "balanced routing; all-to-all time is not modelled)")
-    if not sms:
-        unknowns.append(f"SM contention: topology {spec.name!r} gives no [node] sms")
-    if hbm is None:
-        unknowns.append(f"HBM contention: topology {spec.name!r} gives no [node] hbm_gb_per_s")
-    else:
-        unknowns.append(f"whether compute is HBM-bound (the collectives use ~{hbm:.0%} of HBM "
-                        "bandwidth while running)")
-    notes = []
-    q, prev = scenarios[-1], scenarios[-2]
-    same = all(math.isclose(a, b, rel_tol=1e-9, abs_tol=1e-12) for a, b in (
-        (q.one_step_s, prev.one_step_s), (q.separate_step_s, prev.separate_step_s)))
-    if q.one_held_s == 0 and q.separate_held_s == 0:
-        notes.append("one launch queue (CUDA_DEVICE_MAX_CONNECTIONS=1) changes nothing here: "
-                     "whenever a unit's compute was ready, every collective issued before it "
-                     "had already started, so no kernel was held behind another")
-    else:
-        held = (f"holds compute behind queued collectives for {q.one_held_s * 1e3:.3f} ms with "
-                f"one communicator and {q.separate_held_s * 1e3:.3f} ms with a separate "
-                "all-gather communicator (slowest stage)")
-        notes.append(f"one launch queue (CUDA_DEVICE_MAX_CONNECTIONS=1) {held}" + (
-            "; the step does not change: the communicators are busy end to end, and holding "
-            "compute delays no collective" if same else ""))
+    notes = [_queue_note(scenarios)]
     if schedule == "dist-opt":
-        notes.append(f"buckets of >= {bucket['dense']:.3g} parameters (dense) / "
-                     f"{bucket['exp']:.3g} (expert), filled in backward order per model chunk")
+        notes.append(f"buckets of >= {sched.bucket_params:.3g} parameters, filled in backward "
+                     "order per model chunk (dense and expert buffers apart)")
     return OverlapReport(
-        schedule=schedule, nccl=nccl, compute_how=how, groups=dict(layout_kind),
-        stages=tuple(rows), worst_stage=worst, collectives=tuple(crow), scenarios=scenarios,
-        extra_communicators=extra, comm_memory_mb=per_comm,
-        cost_classes=sum(len(v) for v in all_combos.values()), memory_lines=mem_lines,
-        notes=tuple(notes), unknowns=tuple(unknowns), hbm_share=hbm,
+        schedule=schedule, nccl=nccl, compute_how=how, groups=dict(jg.kind), stages=rows,
+        worst_stage=worst, collectives=crow, scenarios=scenarios,
+        extra_communicators=_extra_communicators(layout), comm_memory_mb=per_comm,
+        cost_classes=sum(len(v) for v in combos.values()),
+        memory_lines=tuple(memory.lines()) if comm_memory_mb is None else
+        (f"{per_comm:g} MB per communicator (given)",),
+        notes=tuple(notes), unknowns=_unknowns(spec, "exp_rs" in jg.kind, hbm), hbm_share=hbm,
         latency_share=latency_share, shared_slowdown=slowdown,
         ag_used=schedule == "fsdp", has_traffic=bool(crow))
