@@ -131,81 +131,89 @@ class _InFlight:
     value: float
 
 
-def run_units(units: Sequence[Unit], queue_of: Mapping[str, str],  # noqa: C901
-              keep: Callable[[str, frozenset[str]], float], *, sm_per_cta: float = 0.0,
-              single_queue: bool = False) -> Timeline:
-    """Discrete-event run of ``units`` on one rank.
+class _Engine:
+    """Mutable state of one :func:`run_units` run (see there)."""
 
-    ``queue_of`` maps a group kind to its communicator (one FIFO each);
-    ``keep(group, moving)`` is the share of its alone rate a collective on
-    ``group`` keeps while the groups ``moving`` move data. The earliest event
-    completes exactly at its time, so the loop always advances.
-    """
-    queues: dict[str, deque[tuple[Coll, int, int, bool]]] = {
-        q: deque() for q in dict.fromkeys(queue_of.values())}
-    running: dict[str, _InFlight | None] = {q: None for q in queues}
-    n = len(units)
-    waiting = [len(u.before) for u in units]
-    issue_at: dict[int, list[tuple[Coll, int]]] = {}
-    for i, u in enumerate(units):
-        iw = u.issue_with if isinstance(u.issue_with, tuple) else (u.issue_with,) * len(u.before)
-        for c, j in zip(u.before, iw, strict=False):
-            issue_at.setdefault(j if j < i else i - 1, []).append((c, i))
-    seq = itertools.count()
-    t = 0.0
-    nxt = 0
-    comp_left: float | None = None
-    comp_seq: int | None = None
-    overlap = shared_time = held = 0.0
+    def __init__(self, units: Sequence[Unit], queue_of: Mapping[str, str],
+                 keep: Callable[[str, frozenset[str]], float], sm_per_cta: float,
+                 single_queue: bool):
+        self.units, self.queue_of, self.keep = units, queue_of, keep
+        self.sm_per_cta, self.single = sm_per_cta, single_queue
+        self.queues: dict[str, deque[tuple[Coll, int, int, bool]]] = {
+            q: deque() for q in dict.fromkeys(queue_of.values())}
+        self.running: dict[str, _InFlight | None] = {q: None for q in self.queues}
+        self.waiting = [len(u.before) for u in units]
+        self.issue_at: dict[int, list[tuple[Coll, int]]] = {}
+        for i, u in enumerate(units):
+            iw = u.issue_with if isinstance(u.issue_with, tuple) else \
+                (u.issue_with,) * len(u.before)
+            for c, j in zip(u.before, iw, strict=False):
+                self.issue_at.setdefault(j if j < i else i - 1, []).append((c, i))
+        self.seq = itertools.count()
+        self.t = 0.0
+        self.nxt = 0
+        self.comp_left: float | None = None
+        self.comp_seq: int | None = None
+        self.overlap = self.shared = self.held = 0.0
+        self.issue_prefetch(-1)
 
-    def issue(colls, unit, before):
+    def issue(self, colls, unit: int, before: bool) -> None:
         for c in colls:
-            queues[queue_of[c.group]].append((c, unit, next(seq), before))
+            self.queues[self.queue_of[c.group]].append((c, unit, next(self.seq), before))
 
-    for c, j in issue_at.get(-1, []):
-        issue((c,), j, True)
-    while True:
-        progressed = True
-        blocked = False
+    def issue_prefetch(self, unit: int) -> None:
+        for c, j in self.issue_at.get(unit, []):
+            self.issue((c,), j, True)
+
+    def start_compute(self) -> tuple[bool, bool]:
+        """(progressed, blocked): start the next unit's compute when it may."""
+        if self.comp_left is not None or self.nxt >= len(self.units) or self.waiting[self.nxt]:
+            return False, False
+        progressed = False
+        if self.comp_seq is None:
+            self.issue_prefetch(self.nxt)
+            self.comp_seq = next(self.seq)
+            progressed = True
+        seq = self.comp_seq
+        blocked = self.single and any(qq and qq[0][2] < seq for qq in self.queues.values())
+        if not blocked:
+            self.comp_left = self.units[self.nxt].compute_s
+        return progressed or not blocked, blocked
+
+    def launch(self) -> bool:
+        """Start the head of every idle queue (only the earliest issued one with one
+        launch queue); whether anything started."""
+        first = min((qq[0][2] for qq in self.queues.values() if qq), default=None)
+        started = False
+        for q, queue in self.queues.items():
+            if self.running[q] is None and queue and (not self.single or queue[0][2] == first):
+                c, unit, _, before = queue.popleft()
+                self.running[q] = _InFlight(c, unit, before, "lat", self.t + c.alpha_s)
+                started = True
+        return started
+
+    def step(self) -> bool:
+        """Advance to the next event; False when nothing is left."""
+        progressed, blocked = True, False
         while progressed:
-            progressed = False
-            blocked = False
-            if comp_left is None and nxt < n and waiting[nxt] == 0:
-                if comp_seq is None:
-                    for c, j in issue_at.get(nxt, []):
-                        issue((c,), j, True)
-                    comp_seq = next(seq)
-                    progressed = True
-                blocked = single_queue and any(qq and qq[0][2] < comp_seq
-                                               for qq in queues.values())
-                if not blocked:
-                    comp_left = units[nxt].compute_s
-                    progressed = True
-            first = min((qq[0][2] for qq in queues.values() if qq), default=None)
-            for q, queue in queues.items():
-                if running[q] is None and queue and (not single_queue or queue[0][2] == first):
-                    c, unit, _, before = queue.popleft()
-                    running[q] = _InFlight(c, unit, before, "lat", t + c.alpha_s)
-                    progressed = True
-        busy = {q: cur for q, cur in running.items() if cur is not None}
+            progressed, blocked = self.start_compute()
+            progressed = self.launch() or progressed
+        busy = {q: cur for q, cur in self.running.items() if cur is not None}
         moving = frozenset(cur.coll.group for cur in busy.values() if cur.phase == "bw")
-        rate = {q: cur.coll.rate * keep(cur.coll.group, moving)
+        rate = {q: cur.coll.rate * self.keep(cur.coll.group, moving)
                 for q, cur in busy.items() if cur.phase == "bw"}
-        finish = {q: cur.value if cur.phase == "lat" else t + cur.value / rate[q]
+        finish = {q: cur.value if cur.phase == "lat" else self.t + cur.value / rate[q]
                   for q, cur in busy.items()}
-        speed = max(1.0 - sm_per_cta * sum(cur.coll.ctas for cur in busy.values()), 1e-3)
-        comp_end = None if comp_left is None else t + comp_left / speed
+        speed = max(1.0 - self.sm_per_cta * sum(cur.coll.ctas for cur in busy.values()), 1e-3)
+        comp_end = None if self.comp_left is None else self.t + self.comp_left / speed
         events = list(finish.values()) + ([comp_end] if comp_end is not None else [])
         if not events:
-            break
-        t_next = min(events)
-        if blocked:
-            held += t_next - t
-        roles = {cur.coll.role for cur in busy.values()}
-        if len(roles) == 2:
-            overlap += t_next - t
-        if len({cur.coll.role for cur in busy.values() if cur.phase == "bw"}) == 2:
-            shared_time += t_next - t
+            return False
+        t, t_next = self.t, min(events)
+        self.held += (t_next - t) * blocked
+        self.overlap += (t_next - t) * (len({c.coll.role for c in busy.values()}) == 2)
+        self.shared += (t_next - t) * (len({c.coll.role for c in busy.values()
+                                            if c.phase == "bw"}) == 2)
         for q, cur in busy.items():
             if finish[q] > t_next:
                 if cur.phase == "bw":
@@ -213,21 +221,39 @@ def run_units(units: Sequence[Unit], queue_of: Mapping[str, str],  # noqa: C901
             elif cur.phase == "lat" and cur.coll.volume > 0:
                 cur.phase, cur.value = "bw", cur.coll.volume
             else:
-                running[q] = None
-                if cur.before:
-                    waiting[cur.unit] -= 1
-        if comp_left is not None and comp_end is not None:
-            comp_left = 0.0 if comp_end <= t_next else comp_left - speed * (t_next - t)
-        t = t_next
-        if comp_left is not None and comp_left <= 0.0:
-            issue(units[nxt].after, nxt, False)
-            nxt += 1
-            comp_left = comp_seq = None
-    if nxt < n or any(queues.values()):  # pragma: no cover - guards the event loop
+                self.running[q] = None
+                self.waiting[cur.unit] -= cur.before
+        if self.comp_left is not None and comp_end is not None:
+            self.comp_left = 0.0 if comp_end <= t_next else \
+                self.comp_left - speed * (t_next - t)
+        self.t = t_next
+        if self.comp_left is not None and self.comp_left <= 0.0:
+            self.issue(self.units[self.nxt].after, self.nxt, False)
+            self.nxt += 1
+            self.comp_left = self.comp_seq = None
+        return True
+
+
+def run_units(units: Sequence[Unit], queue_of: Mapping[str, str],
+              keep: Callable[[str, frozenset[str]], float], *, sm_per_cta: float = 0.0,
+              single_queue: bool = False) -> Timeline:
+    """Discrete-event run of ``units`` on one rank.
+
+    ``queue_of`` maps a group kind to its communicator (one FIFO each);
+    ``keep(group, moving)`` is the share of its alone rate a collective on
+    ``group`` keeps while the groups ``moving`` move data; ``sm_per_cta`` the
+    share of the SMs one CTA holds; ``single_queue`` launches kernels in issue
+    order, compute included. The earliest event completes exactly at its time,
+    so the loop always advances.
+    """
+    e = _Engine(units, queue_of, keep, sm_per_cta, single_queue)
+    while e.step():
+        pass
+    if e.nxt < len(units) or any(e.queues.values()):  # pragma: no cover - guards the loop
         raise RuntimeError("overlap model stopped early")
     total = sum(u.compute_s for u in units)
-    return Timeline(step_s=t, compute_s=total, exposed_s=max(t - total, 0.0),
-                    overlap_s=overlap, shared_s=shared_time, held_s=held)
+    return Timeline(step_s=e.t, compute_s=total, exposed_s=max(e.t - total, 0.0),
+                    overlap_s=e.overlap, shared_s=e.shared, held_s=e.held)
 
 
 # ------------------------------------------------------------------ the two-collective model

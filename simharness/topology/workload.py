@@ -150,22 +150,22 @@ class ModelSpec:
             + self.hidden_size  # final norm
 
 
-def _check_model(m: ModelSpec) -> None:  # noqa: C901
+def _check_types(m: ModelSpec) -> None:
     for f in fields(m):
         v = getattr(m, f.name)
         if f.type in ("bool",):
             if not isinstance(v, bool):
                 raise TopologyError(f"model field {f.name} must be true or false, got {v!r}")
             continue
-        if v is None:
-            continue
         low = 1 if f.name in ("hidden_size", "num_layers") else 0
-        if isinstance(v, bool) or not isinstance(v, int) or v < low:
+        if v is not None and (isinstance(v, bool) or not isinstance(v, int) or v < low):
             raise TopologyError(f"model field {f.name} must be a whole number >= {low}, "
                                 f"got {v!r}")
+
+
+def _missing(m: ModelSpec) -> list[str]:
     missing = []
-    moe = m.num_moe_experts > 0
-    if moe:
+    if m.num_moe_experts > 0:
         if m.moe_ffn_hidden_size is None:
             missing.append("moe_ffn_hidden_size (the FFN width of one expert)")
         if not m.moe_router_topk:
@@ -175,31 +175,39 @@ def _check_model(m: ModelSpec) -> None:  # noqa: C901
     elif m.ffn_hidden_size is None:
         missing.append("ffn_hidden_size")
     if m.kv_lora_rank is not None:
-        for name in ("num_attention_heads", "qk_head_dim", "v_head_dim"):
-            if getattr(m, name) is None:
-                missing.append(f"{name} (multi-latent attention)")
-    if missing:
+        missing += [f"{name} (multi-latent attention)"
+                    for name in ("num_attention_heads", "qk_head_dim", "v_head_dim")
+                    if getattr(m, name) is None]
+    return missing
+
+
+def _check_model(m: ModelSpec) -> None:
+    _check_types(m)
+    if missing := _missing(m):
         raise TopologyError("the model description lacks " + "; ".join(missing))
     nh = m.num_attention_heads
-    if nh and m.kv_lora_rank is None:
-        if m.kv_channels is None and m.hidden_size % nh:
-            raise TopologyError(f"hidden_size {m.hidden_size} is not divisible by "
-                                f"num_attention_heads {nh}; give kv_channels")
-        if m.num_query_groups and nh % m.num_query_groups:
-            raise TopologyError(f"num_attention_heads {nh} is not divisible by "
-                                f"num_query_groups {m.num_query_groups}")
-    elif m.num_query_groups is not None and nh is None:
-        raise TopologyError("num_query_groups given without num_attention_heads")
-    if moe and m.moe_router_topk and m.moe_router_topk > m.num_moe_experts:
-        raise TopologyError(f"moe_router_topk {m.moe_router_topk} exceeds num_moe_experts "
-                            f"{m.num_moe_experts}")
-    if m.moe_first_dense_layers > m.num_layers:
-        raise TopologyError(f"moe_first_dense_layers {m.moe_first_dense_layers} exceeds "
-                            f"num_layers {m.num_layers}")
-    if not moe and (m.moe_ffn_hidden_size or m.moe_router_topk or m.moe_first_dense_layers
-                    or m.moe_shared_expert_intermediate_size):
-        raise TopologyError("MoE fields (moe_ffn_hidden_size, moe_router_topk, ...) given "
-                            "without num_moe_experts; give num_moe_experts or drop them")
+    moe = m.num_moe_experts > 0
+    problems = [
+        (nh and m.kv_lora_rank is None and m.kv_channels is None and m.hidden_size % nh,
+         f"hidden_size {m.hidden_size} is not divisible by num_attention_heads {nh}; give "
+         "kv_channels"),
+        (nh and m.num_query_groups and nh % m.num_query_groups,
+         f"num_attention_heads {nh} is not divisible by num_query_groups {m.num_query_groups}"),
+        (m.num_query_groups is not None and nh is None,
+         "num_query_groups given without num_attention_heads"),
+        (moe and m.moe_router_topk and m.moe_router_topk > m.num_moe_experts,
+         f"moe_router_topk {m.moe_router_topk} exceeds num_moe_experts {m.num_moe_experts}"),
+        (m.moe_first_dense_layers > m.num_layers,
+         f"moe_first_dense_layers {m.moe_first_dense_layers} exceeds num_layers "
+         f"{m.num_layers}"),
+        (not moe and (m.moe_ffn_hidden_size or m.moe_router_topk or m.moe_first_dense_layers
+                      or m.moe_shared_expert_intermediate_size),
+         "MoE fields (moe_ffn_hidden_size, moe_router_topk, ...) given without "
+         "num_moe_experts; give num_moe_experts or drop them"),
+    ]
+    for bad, message in problems:
+        if bad:
+            raise TopologyError(message)
 
 
 # ---------------------------------------------------------------- config files
@@ -230,9 +238,7 @@ _NAMES: dict[str, tuple[str, ...]] = {
 MODEL_FIELDS = tuple(_NAMES)
 
 
-def model_fields_from_file(path: str | Path) -> dict[str, Any]:  # noqa: C901
-    """ModelSpec fields read from a Megatron (YAML/JSON, ``model:`` section allowed)
-    or Hugging Face ``config.json``; two names of one field that disagree are an error."""
+def _read_mapping(path: str | Path) -> dict:
     p = Path(path)
     try:
         text = p.read_text()
@@ -250,22 +256,16 @@ def model_fields_from_file(path: str | Path) -> dict[str, Any]:  # noqa: C901
     except Exception as exc:  # json.JSONDecodeError, yaml.YAMLError
         raise TopologyError(f"--model-config {path}: cannot parse it ({_first_line(exc)})") \
             from None
-    if isinstance(raw, dict) and isinstance(raw.get("model"), dict):
-        raw = raw["model"]
-    if isinstance(raw, dict) and isinstance(raw.get("text_config"), dict):
-        raw = raw["text_config"]
+    for section in ("model", "text_config"):
+        if isinstance(raw, dict) and isinstance(raw.get(section), dict):
+            raw = raw[section]
     if not isinstance(raw, dict):
         raise TopologyError(f"--model-config {path}: expected a mapping of model fields")
-    out: dict[str, Any] = {}
-    for name, aliases in _NAMES.items():
-        found = {a: raw[a] for a in aliases if raw.get(a) is not None}
-        if len(set(map(repr, found.values()))) > 1:
-            pairs = ", ".join(f"{a}={v!r}" for a, v in found.items())
-            raise TopologyError(f"--model-config {path}: contradictory fields {pairs}; "
-                                "keep one")
-        if found:
-            out[name] = next(iter(found.values()))
-    # Hugging Face spellings that are not a plain rename
+    return raw
+
+
+def _hf_extras(raw: dict, out: dict[str, Any]) -> None:
+    """Hugging Face spellings that are not a plain rename."""
     if "hidden_act" in raw and "gated_linear_unit" not in out:
         out["gated_linear_unit"] = str(raw["hidden_act"]).lower() in ("silu", "swiglu", "swish",
                                                                      "geglu", "gelu_glu")
@@ -279,6 +279,24 @@ def model_fields_from_file(path: str | Path) -> dict[str, Any]:  # noqa: C901
             and "num_local_experts" in raw and "ffn_hidden_size" in out:
         # Mixtral: intermediate_size is each expert's width, every layer MoE
         out["moe_ffn_hidden_size"] = out.pop("ffn_hidden_size")
+
+
+def model_fields_from_file(path: str | Path) -> dict[str, Any]:
+    """ModelSpec fields read from a Megatron (YAML/JSON, ``model:`` section allowed)
+    or Hugging Face ``config.json``; two names of one field that disagree are an error."""
+    raw = _read_mapping(path)
+    out: dict[str, Any] = {}
+    for name, aliases in _NAMES.items():
+        found = {a: raw[a] for a in aliases if raw.get(a) is not None}
+        if name == "vocab_size":  # Megatron writes the padded size next to the raw one
+            found = dict(list(found.items())[:1])
+        if len(set(map(repr, found.values()))) > 1:
+            pairs = ", ".join(f"{a}={v!r}" for a, v in found.items())
+            raise TopologyError(f"--model-config {path}: contradictory fields {pairs}; "
+                                "keep one")
+        if found:
+            out[name] = next(iter(found.values()))
+    _hf_extras(raw, out)
     pattern = _moe_pattern(raw, path)
     if pattern is not None and "moe_first_dense_layers" in out and \
             out["moe_first_dense_layers"] != pattern:
@@ -361,52 +379,38 @@ def _suggest(num_layers: int, pp: int, vpp: int) -> str:
     return ""
 
 
-def stage_layer_counts(num_layers: int, pp: int, *, vpp: int | None = None,  # noqa: C901
-                       first: int | None = None, last: int | None = None,
-                       embedding: bool = False, loss: bool = False) -> tuple[int, ...]:
-    """Transformer layers of each pipeline stage, Megatron's checks applied.
+def _uneven_counts(num_layers: int, pp: int, v: int, first: int | None,
+                   last: int | None) -> tuple[int, ...]:
+    """Megatron's uneven split (``transformer_config.py`` "Uneven PP" checks)."""
+    counts: list[int | None] = [None] * pp
+    for name, value, idx in (("first", first, 0), ("last", last, pp - 1)):
+        if value is None:
+            continue
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise TopologyError(f"num_layers_in_{name}_pipeline_stage must be a whole "
+                                f"number >= 1, got {value!r}")
+        if value % v:
+            raise TopologyError(f"num_layers_in_{name}_pipeline_stage {value} is not "
+                                f"divisible by the virtual pipeline size {v}")
+        counts[idx] = value
+    middle_stages = sum(c is None for c in counts)
+    middle_layers = num_layers - sum(c for c in counts if c is not None)
+    if middle_layers < 0 or bool(middle_layers) != bool(middle_stages) \
+            or (middle_stages and middle_layers % middle_stages):
+        raise TopologyError(
+            f"{middle_layers} layers left for {middle_stages} middle pipeline stage(s) "
+            f"(--layers {num_layers}, first {first}, last {last}); Megatron needs them to "
+            "divide evenly")
+    mid = middle_layers // middle_stages if middle_stages else 0
+    if middle_stages and mid % v:
+        raise TopologyError(f"{mid} layers per middle stage are not divisible by the "
+                            f"virtual pipeline size {v}")
+    return tuple(mid if c is None else c for c in counts)
 
-    >>> stage_layer_counts(61, 16, first=2, last=3)[:3], stage_layer_counts(6, 4, embedding=True,
-    ...                                                                       loss=True)
-    ((2, 4, 4), (1, 2, 2, 1))
-    """
-    v = vpp or 1
-    if pp == 1:
-        v = 1
-    if (first is not None or last is not None) and (embedding or loss):
-        raise TopologyError("num_layers_in_first/last_pipeline_stage cannot be combined with "
-                            "account_for_embedding/loss_in_pipeline_split (Megatron refuses "
-                            "it); keep one of the two")
-    if pp == 1:
-        if first is not None or last is not None:
-            raise TopologyError("num_layers_in_first/last_pipeline_stage need pipeline "
-                                "parallelism (--pp >= 2)")
-        return (num_layers,)
-    if first is not None or last is not None:
-        counts: list[int | None] = [None] * pp
-        for name, value, idx in (("first", first, 0), ("last", last, pp - 1)):
-            if value is None:
-                continue
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise TopologyError(f"num_layers_in_{name}_pipeline_stage must be a whole "
-                                    f"number >= 1, got {value!r}")
-            if value % v:
-                raise TopologyError(f"num_layers_in_{name}_pipeline_stage {value} is not "
-                                    f"divisible by the virtual pipeline size {v}")
-            counts[idx] = value
-        middle_stages = sum(c is None for c in counts)
-        middle_layers = num_layers - sum(c for c in counts if c is not None)
-        if middle_layers < 0 or bool(middle_layers) != bool(middle_stages) \
-                or (middle_stages and middle_layers % middle_stages):
-            raise TopologyError(
-                f"{middle_layers} layers left for {middle_stages} middle pipeline stage(s) "
-                f"(--layers {num_layers}, first {first}, last {last}); Megatron needs them to "
-                "divide evenly")
-        mid = middle_layers // middle_stages if middle_stages else 0
-        if middle_stages and mid % v:
-            raise TopologyError(f"{mid} layers per middle stage are not divisible by the "
-                                f"virtual pipeline size {v}")
-        return tuple(mid if c is None else c for c in counts)
+
+def _even_counts(num_layers: int, pp: int, v: int, embedding: bool,
+                 loss: bool) -> tuple[int, ...]:
+    """Megatron's even split, one slot for the embedding / loss when accounted for."""
     total = num_layers + int(embedding) + int(loss)
     if total % pp:
         extra = " (+1 embedding, +1 loss)" if embedding and loss else \
@@ -420,14 +424,37 @@ def stage_layer_counts(num_layers: int, pp: int, *, vpp: int | None = None,  # n
     if per % v:
         raise TopologyError(f"{per} layers per pipeline stage are not divisible by the virtual "
                             f"pipeline size {v}")
-    counts2 = [per] * pp
-    if embedding:
-        counts2[0] -= 1
-    if loss:
-        counts2[-1] -= 1
-    if min(counts2) < 0:
+    counts = [per] * pp
+    counts[0] -= int(embedding)
+    counts[-1] -= int(loss)
+    if min(counts) < 0:
         raise TopologyError("not enough layers for the embedding / loss stage")
-    return tuple(counts2)
+    return tuple(counts)
+
+
+def stage_layer_counts(num_layers: int, pp: int, *, vpp: int | None = None,
+                       first: int | None = None, last: int | None = None,
+                       embedding: bool = False, loss: bool = False) -> tuple[int, ...]:
+    """Transformer layers of each pipeline stage, Megatron's checks applied.
+
+    >>> stage_layer_counts(61, 16, first=2, last=3)[:3], stage_layer_counts(6, 4, embedding=True,
+    ...                                                                       loss=True)
+    ((2, 4, 4), (1, 2, 2, 1))
+    """
+    uneven = first is not None or last is not None
+    if uneven and (embedding or loss):
+        raise TopologyError("num_layers_in_first/last_pipeline_stage cannot be combined with "
+                            "account_for_embedding/loss_in_pipeline_split (Megatron refuses "
+                            "it); keep one of the two")
+    if pp == 1:
+        if uneven:
+            raise TopologyError("num_layers_in_first/last_pipeline_stage need pipeline "
+                                "parallelism (--pp >= 2)")
+        return (num_layers,)
+    v = vpp or 1
+    if uneven:
+        return _uneven_counts(num_layers, pp, v, first, last)
+    return _even_counts(num_layers, pp, v, embedding, loss)
 
 
 def pipeline_split(num_layers: int, pp: int, *, vpp: int | None = None,
@@ -540,8 +567,60 @@ def bytes_work(model_bytes: float, num_layers: int, split: tuple[tuple[range, ..
 MAX_MODEL_BYTES = 1e15  # 1 PB: far above any model; larger is a typo
 
 
-def job_stages(cfg, *, model_bytes: float | None = None,  # noqa: C901
-               layers: int | None = None,
+def _pipeline_options(cfg, **given) -> dict[str, Any]:
+    """first / last / embedding / loss from the flags, else from ``cfg``; a flag that
+    contradicts the configuration is an error."""
+    out = {}
+    for name, flag, field_ in (
+            ("first", "--decoder-first-pipeline-num-layers",
+             "num_layers_in_first_pipeline_stage"),
+            ("last", "--decoder-last-pipeline-num-layers", "num_layers_in_last_pipeline_stage"),
+            ("embedding", "--account-for-embedding-in-pipeline-split",
+             "account_for_embedding_in_pipeline_split"),
+            ("loss", "--account-for-loss-in-pipeline-split",
+             "account_for_loss_in_pipeline_split")):
+        value, have = given.get(name), getattr(cfg, field_, None)
+        if value is not None and have not in (None, False) and have != value:
+            raise TopologyError(f"{flag} {value} contradicts {field_}={have} in the "
+                                "configuration; give one")
+        out[name] = value if value is not None else have
+    out["embedding"], out["loss"] = bool(out["embedding"]), bool(out["loss"])
+    return out
+
+
+def _check_bytes(model_bytes, layers, pp: int) -> None:
+    if isinstance(model_bytes, bool) or not isinstance(model_bytes, (int, float)):
+        raise TopologyError(f"--model-bytes must be a byte count, got {model_bytes!r}")
+    if not math.isfinite(model_bytes) or not 0 < model_bytes <= MAX_MODEL_BYTES:
+        raise TopologyError(f"--model-bytes {model_bytes:g} is out of range; give the "
+                            f"parameter bytes, > 0 and at most {MAX_MODEL_BYTES:g} (e.g. 140GB)")
+    if layers is None:
+        raise TopologyError("--model-bytes needs --layers (transformer layers of the model)")
+    if isinstance(layers, bool) or not isinstance(layers, int) or layers < 1:
+        raise TopologyError(f"--layers must be a whole number >= 1, got {layers!r}")
+    if layers < pp:
+        raise TopologyError(f"--layers {layers} is fewer than the {pp} pipeline stages; "
+                            f"use --layers >= {pp}")
+
+
+def _described_model(given: dict[str, Any], model_config: str | None,
+                     layers: int | None) -> ModelSpec:
+    fields_ = model_fields_from_file(model_config) if model_config else {}
+    for k, v in given.items():
+        if k in fields_ and fields_[k] != v:
+            raise TopologyError(f"--{k.replace('_', '-')} {v} contradicts {k}={fields_[k]!r} "
+                                f"in {model_config}; give one")
+        fields_[k] = v
+    if layers is not None:
+        if fields_.get("num_layers") not in (None, layers):
+            raise TopologyError(f"--layers {layers} contradicts num_layers="
+                                f"{fields_['num_layers']} of the model description; give one")
+        fields_["num_layers"] = layers
+    return model_spec(fields_, source=f"--model-config {model_config}" if model_config
+                      else "the model description")
+
+
+def job_stages(cfg, *, model_bytes: float | None = None, layers: int | None = None,
                model_fields: dict[str, Any] | None = None, model_config: str | None = None,
                micro_batch_size: int | None = None, seq_length: int | None = None,
                bytes_per_param: float = 2.0, first: int | None = None, last: int | None = None,
@@ -552,77 +631,34 @@ def job_stages(cfg, *, model_bytes: float | None = None,  # noqa: C901
     ``model_config``); pipeline options given here must agree with ``cfg``'s."""
     given = {k: v for k, v in (model_fields or {}).items() if v is not None}
     described = bool(given) or model_config is not None
-    if model_bytes is not None and described:
+    if (model_bytes is not None) == described:
         raise TopologyError("give --model-bytes or a model description (--model-config, "
-                            "--hidden-size, ...), not both")
-    if model_bytes is None and not described:
-        raise TopologyError("no model: give --model-bytes with --layers, or a model description "
+                            "--hidden-size, ...), not both" if described else
+                            "no model: give --model-bytes with --layers, or a model description "
                             "(--model-config FILE, or --hidden-size, --ffn-hidden-size, ...)")
-    pipe = {}
-    for name, flag, value, field_ in (
-            ("first", "--decoder-first-pipeline-num-layers", first,
-             "num_layers_in_first_pipeline_stage"),
-            ("last", "--decoder-last-pipeline-num-layers", last,
-             "num_layers_in_last_pipeline_stage"),
-            ("embedding", "--account-for-embedding-in-pipeline-split", embedding,
-             "account_for_embedding_in_pipeline_split"),
-            ("loss", "--account-for-loss-in-pipeline-split", loss,
-             "account_for_loss_in_pipeline_split")):
-        have = getattr(cfg, field_, None)
-        if value is not None and have not in (None, False) and have != value:
-            raise TopologyError(f"{flag} {value} contradicts {field_}={have} in the "
-                                "configuration; give one")
-        pipe[name] = value if value is not None else have
+    if (micro_batch_size is None) != (seq_length is None):
+        raise TopologyError("--micro-batch-size and --seq-length go together (tokens per "
+                            "micro-batch); give both")
+    pipe = _pipeline_options(cfg, first=first, last=last, embedding=embedding, loss=loss)
     pp = int(cfg.pipeline_model_parallel_size)
     vpp = cfg.virtual_pipeline_model_parallel_size
     tp = int(cfg.tensor_model_parallel_size)
-    if micro_batch_size is not None and seq_length is None or \
-            seq_length is not None and micro_batch_size is None:
-        raise TopologyError("--micro-batch-size and --seq-length go together (tokens per "
-                            "micro-batch); give both")
     if model_bytes is not None:
-        if isinstance(model_bytes, bool) or not isinstance(model_bytes, (int, float)) or \
-                not math.isfinite(model_bytes) or not 0 < model_bytes <= MAX_MODEL_BYTES:
-            raise TopologyError(f"--model-bytes {model_bytes:g} is out of range; give the "
-                                f"parameter bytes, > 0 and at most {MAX_MODEL_BYTES:g} "
-                                "(e.g. 140GB)" if isinstance(model_bytes, (int, float))
-                                else f"--model-bytes must be a byte count, got {model_bytes!r}")
-        if layers is None:
-            raise TopologyError("--model-bytes needs --layers (transformer layers of the model)")
-        if isinstance(layers, bool) or not isinstance(layers, int) or layers < 1:
-            raise TopologyError(f"--layers must be a whole number >= 1, got {layers!r}")
-        if layers < pp:
-            raise TopologyError(f"--layers {layers} is fewer than the {pp} pipeline stages; "
-                                f"use --layers >= {pp}")
-        split = pipeline_split(layers, pp, vpp=vpp, first=pipe["first"], last=pipe["last"],
-                               embedding=bool(pipe["embedding"]), loss=bool(pipe["loss"]))
-        return bytes_work(float(model_bytes), layers, split, tp=tp), None
-    fields_ = model_fields_from_file(model_config) if model_config else {}
-    for k, v in given.items():
-        if k in fields_ and fields_[k] != v:
-            flag = "--" + k.replace("_", "-")
-            raise TopologyError(f"{flag} {v} contradicts {k}={fields_[k]!r} in "
-                                f"{model_config}; give one")
-        fields_[k] = v
-    if layers is not None:
-        if fields_.get("num_layers") not in (None, layers):
-            raise TopologyError(f"--layers {layers} contradicts num_layers="
-                                f"{fields_['num_layers']} of the model description; give one")
-        fields_["num_layers"] = layers
-    model = model_spec(fields_, source=f"--model-config {model_config}" if model_config
-                       else "the model description")
+        _check_bytes(model_bytes, layers, pp)
+        assert layers is not None
+        return bytes_work(float(model_bytes), layers, pipeline_split(layers, pp, vpp=vpp, **pipe),
+                          tp=tp), None
+    model = _described_model(given, model_config, layers)
     if model.num_layers < pp:
         raise TopologyError(f"the model's {model.num_layers} layers are fewer than the {pp} "
                             "pipeline stages")
-    split = pipeline_split(model.num_layers, pp, vpp=vpp, first=pipe["first"],
-                           last=pipe["last"], embedding=bool(pipe["embedding"]),
-                           loss=bool(pipe["loss"]))
     ep = int(getattr(cfg, "expert_model_parallel_size", 1) or 1)
-    etp = int(getattr(cfg, "expert_tensor_parallel_size", None) or tp)
     if model.num_moe_experts and model.num_moe_experts % ep:
         raise TopologyError(f"num_moe_experts {model.num_moe_experts} is not divisible by --ep "
                             f"{ep}")
     tokens = micro_batch_size * seq_length if micro_batch_size and seq_length else None
-    return stage_work(model, split, tp=tp, cp=int(cfg.context_parallel_size), ep=ep, etp=etp,
+    return stage_work(model, pipeline_split(model.num_layers, pp, vpp=vpp, **pipe), tp=tp,
+                      cp=int(cfg.context_parallel_size), ep=ep,
+                      etp=int(getattr(cfg, "expert_tensor_parallel_size", None) or tp),
                       bytes_per_param=bytes_per_param, tokens=tokens,
                       seq_length=seq_length), model
