@@ -160,7 +160,7 @@ def test_deepseek_v3_experts_on_expert_dp_and_uneven_stages():
     """--pp 16 --ep 64 --layers 61: expert bytes ride on ep_dp (2 ranks), dense on dp_cp
     (128 ranks); 61 layers split 2, 4 x 14, 3 as Megatron's first/last options say."""
     rep = run(2048, "dgx-h100-superpod", 256, pp=16, ep=64, model_fields=DSV3, first=2,
-              last=3, micro_batch_size=1, seq_length=4096, mfu=0.4)
+              last=3, micro_batch_size=1, seq_length=4096, mfu=0.4, launch_queue=True)
     assert rep.groups == {"dense_rs": "dp_cp", "dense_ag": "dp_cp_ag", "exp_rs": "ep_dp",
                           "exp_ag": "ep_dp_ag"}
     assert [sum(s.layers) for s in rep.stages] == [2] + [4] * 14 + [3]
@@ -180,6 +180,11 @@ def test_deepseek_v3_experts_on_expert_dp_and_uneven_stages():
     assert queue.gain_pct != pytest.approx(sms.gain_pct)
     assert any(n.startswith("one launch queue (CUDA_DEVICE_MAX_CONNECTIONS=1) holds compute")
                for n in rep.notes)
+    # by default fsdp has no launch-queue scenario: Megatron-LM refuses CDMC=1 with FSDP
+    plain = run(2048, "dgx-h100-superpod", 256, pp=16, ep=64, model_fields=DSV3, first=2,
+                last=3, micro_batch_size=1, seq_length=4096, mfu=0.4)
+    assert [sc.name for sc in plain.scenarios] == ["links shared", "links + SMs"]
+    assert any("Megatron-LM refuses it with Megatron-FSDP" in n for n in plain.notes)
     assert "MFU 0.4 of 989" in rep.compute_how
     assert rep.extra_communicators == 2
 
@@ -331,7 +336,8 @@ def test_verdict_agrees_with_the_numbers(compute):
 
 
 def test_gain_is_a_range_with_what_it_depends_on():
-    rep = run(16, "dgx-h100-superpod", 2, model_bytes=16e9, layers=16, compute_ms=1.0)
+    rep = run(16, "dgx-h100-superpod", 2, model_bytes=16e9, layers=16, compute_ms=1.0,
+              launch_queue=True)
     names = [sc.name for sc in rep.scenarios]
     assert names == ["links shared", "links + SMs", "links + SMs + one launch queue"]
     lo, hi = rep.gain_range_pct
@@ -339,7 +345,8 @@ def test_gain_is_a_range_with_what_it_depends_on():
     assert any("issues collectives" in u for u in rep.unknowns)
     assert rep.hbm_share is not None and rep.hbm_share > 0
     # a topology without [node] sms: the SM scenario is not guessed, it is named unknown
-    gloo = run(8, "cpu-loopback", 1, model_bytes=1e8, layers=4, compute_ms=1.0)
+    gloo = run(8, "cpu-loopback", 1, model_bytes=1e8, layers=4, compute_ms=1.0,
+               launch_queue=True)
     assert [sc.name for sc in gloo.scenarios] == ["links shared", "links + one launch queue"]
     assert any("SM contention" in u for u in gloo.unknowns)
 

@@ -470,14 +470,17 @@ def with_model(f):
 @click.option("--collnet", is_flag=True, default=False,
               help="Let NCCL use CollNet (InfiniBand SHARP) where the topology's switches "
                    "have it (NCCL_COLLNET_ENABLE=1).")
+@click.option("--one-launch-queue/--no-one-launch-queue", "launch_queue", default=None,
+              help="Add the CUDA_DEVICE_MAX_CONNECTIONS=1 scenario (default: for dist-opt; "
+                   "Megatron-LM refuses that setting with Megatron-FSDP).")
 @click.option("--explain", is_flag=True, default=False,
               help="Print NCCL's algorithm/protocol table for each collective.")
 @output_options(formats=("table", "json"), show_all=False)
 def simulate_cmd(topology, hosts, first_device, model_bytes, layers, model_config, schedule,
                  opt_step, compute_ms, mfu, peak_tflops, micro_batch_size, seq_length,
                  bytes_per_param, first_layers, last_layers, acc_embedding, acc_loss,
-                 grad_scale, rs_kind, ag_kind, nccl, comm_memory_mb, collnet, explain, fmt,
-                 quiet, **kwargs):
+                 grad_scale, rs_kind, ag_kind, nccl, comm_memory_mb, collnet, launch_queue,
+                 explain, fmt, quiet, **kwargs):
     model_fields = {name: kwargs.pop(name) for _, name, _ in _MODEL_FLAGS}
     hosts_list = read_hosts(hosts) if hosts else None
     layout, cluster = _layout_and_cluster(topology, kwargs, hosts_list=hosts_list,
@@ -492,7 +495,7 @@ def simulate_cmd(topology, hosts, first_device, model_bytes, layers, model_confi
                           peak_tflops=peak_tflops, grad_scale=grad_scale,
                           bytes_per_param=bytes_per_param, rs_kind=rs_kind, ag_kind=ag_kind,
                           comm_memory_mb=comm_memory_mb, collnet=collnet, nccl=nccl,
-                          param_gather_with_optimizer_step=opt_step)
+                          param_gather_with_optimizer_step=opt_step, launch_queue=launch_queue)
     if fmt == "json":
         echo(to_json(dict(rep.to_dict(), topology=cluster.summary())))
     else:

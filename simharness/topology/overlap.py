@@ -38,11 +38,15 @@ Sharing between the communicators that run at once:
   (:attr:`~.nccl_model.Estimate.n_channels`); compute runs at
   ``1 - (CTAs running) / SMs`` of its speed (only when the topology gives
   ``[node] sms``);
-- *one launch queue*: with ``CUDA_DEVICE_MAX_CONNECTIONS=1`` (Megatron's
-  setting) every stream feeds one hardware queue in issue order: a collective
-  waiting for its communicator's previous collective holds back every later
-  kernel, *compute included* (the unit's compute is issued after the prefetch
-  of the next unit's all-gather).
+- *one launch queue*: with ``CUDA_DEVICE_MAX_CONNECTIONS=1`` every stream
+  feeds one hardware queue in issue order: a collective waiting for its
+  communicator's previous collective holds back every later kernel, *compute
+  included* (the unit's compute is issued after the prefetch of the next
+  unit's all-gather; Megatron's DDP says as much,
+  ``param_and_grad_buffer.py:1665-1675``). Modelled for dist-opt, where
+  Megatron runs with it; not for fsdp, where Megatron-LM refuses it ("FSDP
+  requires CUDA_DEVICE_MAX_CONNECTIONS > 1 or unset",
+  ``megatron/training/arguments.py:1166``), unless ``launch_queue=True``.
 
 Each collective costs what NCCL's model says for its group and size
 (:mod:`.nccl_model`): latency first, then its bytes at its algorithm bandwidth
@@ -777,11 +781,20 @@ def _dist_opt_units(st: StageWork, fwd: list[float], combo, pr: _Pricer,
     return units
 
 
-def _scenarios(sms: int | None) -> list[tuple[str, float, bool]]:
-    if not sms:
-        return [("links shared", 0.0, False), ("links + one launch queue", 0.0, True)]
-    return [("links shared", 0.0, False), ("links + SMs", 1.0 / sms, False),
-            ("links + SMs + one launch queue", 1.0 / sms, True)]
+def _scenarios(sms: int | None, queue: bool) -> list[tuple[str, float, bool]]:
+    out = [("links shared", 0.0, False)]
+    if sms:
+        out.append(("links + SMs", 1.0 / sms, False))
+    if queue:
+        out.append(("links + SMs + one launch queue" if sms else "links + one launch queue",
+                    1.0 / sms if sms else 0.0, True))
+    return out
+
+
+NO_QUEUE_FSDP = ("one launch queue (CUDA_DEVICE_MAX_CONNECTIONS=1) is not a scenario for fsdp: "
+                 "Megatron-LM refuses it with Megatron-FSDP ('FSDP requires "
+                 "CUDA_DEVICE_MAX_CONNECTIONS > 1 or unset', megatron/training/arguments.py:1166 "
+                 "at d98e8a6); --one-launch-queue models it anyway")
 
 
 def _collective_rows(units: Sequence[Unit], combo, pr: _Pricer, jg: _Groups,
@@ -804,8 +817,12 @@ def _collective_rows(units: Sequence[Unit], combo, pr: _Pricer, jg: _Groups,
     return tuple(rows)
 
 
-def _queue_note(scenarios: Sequence[Scenario]) -> str:
-    q, prev = scenarios[-1], scenarios[-2]
+def _queue_note(scenarios: Sequence[Scenario], schedule: str) -> str:
+    q = scenarios[-1]
+    if "launch queue" not in q.name:
+        return NO_QUEUE_FSDP if schedule == "fsdp" else \
+            "one launch queue (CUDA_DEVICE_MAX_CONNECTIONS=1) not modelled (turned off)"
+    prev = scenarios[-2]
     if q.one_held_s == 0 and q.separate_held_s == 0:
         return ("one launch queue (CUDA_DEVICE_MAX_CONNECTIONS=1) changes nothing here: "
                 "whenever a unit's compute was ready, every collective issued before it had "
@@ -877,7 +894,8 @@ def simulate(layout, placement: Placement, *, stages: Sequence[StageWork],
              ag_kind: str | None = None, comm_memory_mb: float | None = None,
              collnet: bool = False, memory_inputs: CommMemoryInputs | None = None,
              nccl: str = DEFAULT_NCCL, param_gather_with_optimizer_step: bool = False,
-             bucket_params: float | None = None) -> OverlapReport:
+             bucket_params: float | None = None,
+             launch_queue: bool | None = None) -> OverlapReport:
     """Run the step model for ``stages`` (:func:`.workload.job_stages`) of a placed layout.
 
     Compute: ``compute_ms`` is one transformer layer's backward (forward half of it;
@@ -888,7 +906,8 @@ def simulate(layout, placement: Placement, *, stages: Sequence[StageWork],
     group kind (fsdp; default the ``<rs_kind>_ag`` twin when the layout has it);
     it must have the reduce-scatter group's ranks. ``bucket_params``: dist-opt's
     bucket size (default ``max(40M, 1M x dp)``, ``distributed_data_parallel.py:131-134``,
-    dp without CP, ``process_groups_config.py:581``).
+    dp without CP, ``process_groups_config.py:581``). ``launch_queue``: add the
+    one-launch-queue scenario (default: for dist-opt only, see above).
     """
     cfg = layout.config
     spec = placement.cluster.spec
@@ -910,7 +929,8 @@ def simulate(layout, placement: Placement, *, stages: Sequence[StageWork],
     units = {(st.stage, j): build(st, [fwd[(st.stage, k)] for k in range(len(st.slots))],
                                   c, pr, sched)
              for st in stages for j, c in enumerate(combos[st.stage])}
-    scen = _scenarios(spec.node.sms)
+    scen = _scenarios(spec.node.sms, schedule == "dist-opt" if launch_queue is None
+                      else bool(launch_queue))
     results: dict[str, dict[int, tuple[Timeline, Timeline, int]]] = {}
     for name, sm, single in scen:
         results[name] = {}
@@ -958,7 +978,7 @@ def simulate(layout, placement: Placement, *, stages: Sequence[StageWork],
     if spec.node.hbm_gb_per_s and crow:
         wire = max(c.size_bytes / max(c.alone_s, 1e-12) for c in crow)
         hbm = 2 * wire * HBM_BYTES_PER_WIRE_BYTE / (spec.node.hbm_gb_per_s * 1e9)
-    notes = [_queue_note(scenarios)]
+    notes = [_queue_note(scenarios, schedule)]
     if schedule == "dist-opt":
         notes.append(f"buckets of >= {sched.bucket_params:.3g} parameters, filled in backward "
                      "order per model chunk (dense and expert buffers apart)")
