@@ -35,7 +35,7 @@ the channel counts of :class:`CommMemoryInputs` are used on one node of 8.
 
 >>> m = comm_memory(CommMemoryInputs(algos=("ring",)))
 >>> round(m.total_mb), m.lines()[1]
-(309, 'ring: 16 channels x 12 MiB per GPU (NVLink hop: recv 10 MiB + send 2 MiB)')
+(308, 'ring: 16 channels x 12 MiB per GPU (NVLink hop: recv 10 MiB + send 2 MiB)')
 """
 
 from __future__ import annotations

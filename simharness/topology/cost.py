@@ -27,7 +27,7 @@ and prices the call; :func:`bus_bandwidth` is its nccl-tests busbw.
 >>> node = load_cluster("dgx-h100")
 >>> e = predict(node, range(8), "all_gather", 1 << 30)
 >>> e.pick, round(e.busbw_gb_per_s)                       # GB/s
-('ring/simple', 366)
+('ring/simple', 356)
 >>> predict(node, range(8), "all_reduce", 1 << 30).pick
 'nvls/simple'
 """

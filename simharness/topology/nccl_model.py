@@ -5,57 +5,61 @@ NCCL prices every (collective, algorithm, protocol) once per communicator
 and an algorithm bandwidth ``bw`` (GB/s), then runs each call with the
 combination of least ``time = lat + bytes / (1000 * bw)``
 (``ncclTopoGetAlgoTime``). This module re-implements that table from the
-constants and formulas of NCCL's source (written here from the published
-facts, not copied); where a number is ours and not NCCL's, the comment says
-so. The inputs NCCL gets from its topology search (channels x bandwidth per
-channel) come from :mod:`.cost`'s link model: the per-rank ring rate of the
-group on the cluster (NVLink, NICs, PXN, rails, link sharing).
+constants and formulas of NCCL's source (written here, not copied) for one
+release at a time, ``nccl="2.23"`` (tag v2.23.4-1) or ``"2.28"`` (v2.28.3-1,
+the default); where a number is ours and not NCCL's, the comment says so.
+Its inputs are NCCL's graph search (:mod:`.nccl_graph`): per algorithm the
+channels, ``bwIntra``/``bwInter``, pattern and path types, and
+``comm->nChannels``. The ring figure is capped by what the links deliver
+(:mod:`.cost`'s link model, shared when other groups run).
 
-Sources (NVIDIA/nccl, ``src/graph/tuning.cc`` of 2.23-2.26 unless noted):
+Sources (NVIDIA/nccl ``src/graph/tuning.cc``, 2.28 line numbers unless noted):
 
 - ``baseLat`` (per algorithm x protocol) and ``hwLat`` (per link type NVLink /
-  PCI / network x algorithm x protocol), in us;
+  PCI / network x algorithm x protocol), in us (tuning.cc:142-168);
 - ring: ``2(n-1)`` (all-reduce) or ``n-1`` steps, of which ``2(nodes-1)`` resp.
   ``nodes-1`` cross the network and pay the network latency, the rest the
   NVLink latency, raised to the CPU's network post overhead (1 us on x86 Intel,
-  x3 for Simple) on multi-node rings;
+  x3 for Simple) on multi-node rings (tuning.cc:361-380);
 - tree: ``2 ((ppn-1) intraLat + log2(nodes) interLat)`` (log-scaled);
   NVLSTree ``intraLat + 2 log2(nodes) interLat``; PAT ``8 + log2(nodes)
   interLat/3.5 + 2.8 n``; NVLS ``intraLat (+ interLat over nodes)``;
-- bandwidth refinements: Ring/LL ``min(llMaxBw, bw/2)``, Ring/LL128 ``x0.92``
-  capped per channel, Tree ``x0.92`` capped per channel, Tree/LL ``/3.8``,
-  Tree/LL128 ``x7/9`` (one node) or ``x120/128``, PAT ``x0.75``; conversion
-  to algorithm bandwidth: ring ``n/nsteps``, tree and CollNet ``1/2``, NVLS
-  ``5/6``;
+- bandwidth: ``nChannels x bw`` of the algorithm's graph, ``bw = bwIntra`` on
+  <= 2 nodes (so Tree on 2 nodes runs at the *tree graph's* speed, not the full
+  NVLink rate) and ``bwInter`` beyond (tuning.cc:284-301); refinements: Ring/LL
+  ``min(llMaxBw, bw/2)``, Ring/LL128 ``x0.92`` capped per channel, Tree
+  ``x0.92`` capped per channel, Tree/LL ``/3.8``, Tree/LL128 ``x7/9`` (one node)
+  or ``x120/128``, Tree ``x0.85`` when the tree graph is a plain TREE pattern
+  (tuning.cc:309), PAT ``x0.75`` (2.24+; ``x0.85`` in 2.23); conversion to
+  algorithm bandwidth: ring ``n/nsteps``, tree and CollNet ``1/2``, NVLS and
+  NVLSTree ``n/nsteps`` (2.28) or ``5/6`` (2.23);
+- NVLS (2.28): ``bwIntra x nvlsEfficiency (0.85 Hopper, 0.74 Blackwell) x
+  (nCh-1)/nCh``, x2 for all-reduce, capped by ``bwInter`` (x2 for NVLSTree on
+  2 nodes) and, for NVLSTree, the per-channel cap new in 2.28; 2.23:
+  ``min(bwIntra, bwInter)`` with no efficiency factor;
 - ``llMaxBws``, ``perChMaxRingLL128Bws``, ``perChMaxTreeLL128Bws``,
-  ``perChMaxTreeBws`` per architecture (Volta/Ampere/Hopper/Blackwell) and
-  node bucket (1, 2, >2 nodes);
-- ``nvlsEfficiency`` 0.85 (Hopper), 0.74 (Blackwell) (NCCL 2.27,
-  ``src/graph/tuning.cc`` / 2.28 ``src/tuning/nvls.cc``);
+  ``perChMaxTreeBws`` per architecture and node bucket (1, 2, >2 nodes); 2.28
+  has Blackwell rows of its own, 2.23 prices Blackwell with Hopper's;
 - ``treeCorrectionFactor`` per protocol and power of two of the size;
 - ring plateau: multi-node Ring/Simple all-reduce latency x1.4 (SM80+) once
-  every rank's share of every channel is >= 64 B (``ncclTopoGetAlgoTime``);
-- per-link NVLink bandwidth ``SM80_NVLINK_BW 20.0``, ``SM90_NVLINK_BW 20.6``,
-  ``SM100_NVLINK_BW 40.1`` GB/s (``src/graph/topo.h``): the topology files'
-  NVLink efficiency is that figure over the line rate of a link.
+  every rank's share of every channel (``comm->nChannels``) is >= 64 B.
 
-Enable rules (NCCL): Tree only for all-reduce; NVLS/NVLSTree/CollNet/PAT only
-Simple; NVLS on one NVLink domain (NVSwitch with multicast, Hopper+), or
-across nodes only with CollNet (SHARP); NVLSTree only across nodes; a
-multi-node NVLink domain (MNNVL, GB200 NVL72) counts as one node and gets no
-NVLS (NCCL 2.19-2.20: "MNNVL: NVLS not yet supported"); PAT for all-gather /
-reduce-scatter with one GPU per node.
+Enable rules: Tree only for all-reduce; NVLS/NVLSTree/CollNet/PAT only Simple;
+NVLS on one NCCL node (an NVSwitch domain with multicast, Hopper+, > 2 GPUs;
+a multi-node NVLink domain is one node, NVLS allowed there since 2.21), across
+nodes only with CollNet; NVLSTree only across nodes; PAT for all-gather /
+reduce-scatter with one GPU per node; LL128 per :func:`_ll128_enabled` (2.23:
+not on Blackwell).
 
-Not modelled (documented limits): NCCL's run-time channel reduction for
-mid-size messages, aggregation of several operations in one group, tuner
-plugins, the Tree "pattern" penalty, user ``NCCL_ALGO``/``NCCL_PROTO``
-overrides other than the ``algo``/``proto`` arguments.
+Not modelled (documented limits): aggregation of several operations in one
+group, tuner plugins, user ``NCCL_ALGO``/``NCCL_PROTO`` overrides other than
+the ``algo``/``proto`` arguments.
 
 >>> shape = GroupShape(n_ranks=8, n_nodes=1, arch="hopper", intra_gb_per_s=370.8,
 ...                    ring_gb_per_s=370.8, nvls=True)
 >>> best = choose(shape, "all_reduce", 8 * 2**30)
->>> best.algo, best.proto, round(best.busbw_gb_per_s)
-('nvls', 'simple', 459)
+>>> best.algo, best.proto, round(best.busbw_gb_per_s), best.n_channels
+('nvls', 'simple', 476, 16)
 >>> small = choose(shape, "all_reduce", 1024)
 >>> small.algo, small.proto, round(small.time_us, 1)
 ('ring', 'll', 15.0)
