@@ -362,7 +362,7 @@ class Table:
                 lat, bw = self.entries.get((algo, proto), (0.0, 0.0))
                 cells.append(f"{lat:8.1f}/{bw:6.1f}")
             if any((algo, p) in self.entries for p in PROTOS):
-                out.append(f"{_NCCL_ALGO_NAMES[algo]:>13s} | " + " | ".join(cells))
+                out.append(f"{_NCCL_ALGO_NAMES[algo]:>13s} |" + " |".join(cells))
         return out
 
 
@@ -567,3 +567,23 @@ def pipeline_fill_us(collective: str, algo: str, proto: str, size_bytes: float,
                      s: GroupShape, g: CommGraphs, algbw: float, ctas: int) -> float:
     """Time the protocol pipeline adds to ``lat + size / bw`` (us); see the module notes."""
     return 0.0
+
+
+def debug_lines(shape: GroupShape, collective: str, *, nccl: str = DEFAULT_NCCL) -> list[str]:
+    """What ``NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=GRAPH,TUNING`` would show for this group.
+
+    The graph search (per algorithm: pattern, crossNic, nChannels, bwIntra/bwInter,
+    path types), the communicator's channel counts, then NCCL's latency/bandwidth
+    table for ``collective`` (``lat/bw`` per protocol, as tuning.cc:499-538 prints it;
+    0/0 = disabled), so a user with a GPU can compare line by line.
+    """
+    table = tune(shape, collective, nccl=nccl)
+    out = [f"NCCL {table.nccl} model for {shape.describe()}"]
+    if table.graphs is None:
+        out.append("no NCCL graph search (a single rank or a non-NCCL transport)")
+        return out
+    out += [f"NCCL INFO {line}" for line in table.graphs.lines()]
+    out.append(f"NCCL INFO {table.collective:>13s} |       LL       |      LL128     "
+               f"|     Simple")
+    out += [f"NCCL INFO {line}" for line in table.lines()]
+    return out
