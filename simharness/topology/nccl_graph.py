@@ -269,69 +269,48 @@ def _better(n: int, bw_intra: float, bw_inter: float, best: Graph | None, patter
     return n * bw_intra > best.n_channels * best.bw_intra
 
 
-def _compute(v: NodeView, net: bool, algo: str, pattern: int, min_ch: int, max_ch: int,
-             nccl: str) -> Graph:
-    """ncclTopoCompute (search.cc:967-1174) with :func:`_capacity` as the search."""
-    cc = v.cc
-    ngpus = v.ppn
-    if ngpus == 1 and pattern != RING:
-        pattern = TREE  # search.cc:1017
-    if pattern == NVLS:
-        max_ch = min(NCCL_MAX_NVLS_ARITY, ngpus)
-        if not net:
-            min_ch = max_ch  # search.cc:1019-1022
-    sp = speeds(cc, net, nccl)
-    type_min = PATH_PIX if net else PATH_PIX
-    # maxBw: the best GPU->NET (or GPU->GPU) path; totalBw: a GPU's NVLink sum (search.cc:19-53)
-    max_bw = min(v.pci_gb_per_s, v.nic_gb_per_s) if net else v.nvlink_gb_per_s
-    if not net and ngpus == 1:
-        max_bw = 5000.0  # LOC_BW
-    total_bw = max(v.nvlink_gb_per_s, v.pci_gb_per_s)
-    if ngpus > 1 and pattern != RING:
-        total_bw *= ngpus / (ngpus - 1)
-    i = 0
-    while (sp[i] > max_bw or sp[i] * min_ch > total_bw) and i < len(sp) - 1:
-        i += 1
-    # The configurations pass 1 tries at every speed, in NCCL's order.
-    tries: list[_Try] = []
-    if net:
-        pats = [pattern] + ([TREE] if pattern == BALANCED_TREE and cc >= 90 else [])
-        for pat in pats:
-            tries.append(_Try(pat, PATH_PXB, 0))
-        if v.pxn and ngpus > 1:
-            tries.append(_Try(pattern, PATH_PXN, 0))
-        if pattern in (RING, BALANCED_TREE):
-            tries.append(_Try(pattern, PATH_PXB, 2))
-    else:
-        tries.append(_Try(pattern, type_min, 0))
+def _tries(v: NodeView, net: bool, pattern: int) -> list[_Try]:
+    """The configurations pass 1 tries at every speed, in NCCL's order (search.cc:1077-1118):
+    as asked, the simpler TREE for SM90+ balanced trees, typeInter up to PXN, crossNic 2."""
+    if not net:
+        return [_Try(pattern, PATH_PIX, 0)]
+    pats = [pattern] + ([TREE] if pattern == BALANCED_TREE and v.cc >= 90 else [])
+    tries = [_Try(pat, PATH_PXB, 0) for pat in pats]
+    if v.pxn and v.ppn > 1:
+        tries.append(_Try(pattern, PATH_PXN, 0))
+    if pattern in (RING, BALANCED_TREE):
+        tries.append(_Try(pattern, PATH_PXB, 2))
+    return tries
+
+
+def _pass1(v: NodeView, net: bool, algo: str, pattern: int, sp: tuple[float, ...], i: int,
+           min_ch: int, max_ch: int, total_bw: float) -> tuple[Graph | None, _Try | None]:
+    """Pass 1: at each speed try every configuration; stop when optimal, else slow down
+    while the next speed is > 0.49 of the best found (search.cc:1055-1129)."""
     best: Graph | None = None
     best_try: _Try | None = None
-    done = False
-    while not done:
+    tries = _tries(v, net, pattern)
+    while True:
         s = sp[i]
         for t in tries:
             n = min(_capacity(v, net, t, s, s), max_ch)
             if n >= min_ch and n > 0 and _better(n, s, s, best, pattern):
-                best = Graph(algo, t.pattern, n, s, s, PATH_NVL, t.type_inter if net else
-                             type_min, t.cross_nic, 0 if (t.cross_nic or pattern == NVLS) else 1)
+                best = Graph(algo, t.pattern, n, s, s, PATH_NVL, t.type_inter, t.cross_nic,
+                             0 if (t.cross_nic or pattern == NVLS) else 1)
                 best_try = t
             if best is not None and (best.n_channels == max_ch
                                      or best.n_channels * best.bw_inter >= total_bw):
-                done = True
-                break
-        if done:
-            break
+                return best, best_try
         if i < len(sp) - 1 and (best is None or sp[i + 1] / best.bw_inter > 0.49):
             i += 1
             continue
-        break
-    if best is None or best_try is None:
-        if pattern == NVLS or algo.startswith("collnet"):
-            return Graph(algo, pattern, 0, 0.0, 0.0)
-        # search.cc:1165-1172: simple order, 1 channel at 0.1 GB/s
-        return Graph(algo, pattern, 1, 0.1, 0.1, PATH_SYS, PATH_SYS, 0, 0)
-    best = _dup(best, cc, max_ch)
-    # pass 2: raise the speed (search.cc:1144-1163)
+        return best, best_try
+
+
+def _pass2(v: NodeView, net: bool, pattern: int, sp: tuple[float, ...], best: Graph,
+           t: _Try, max_ch: int) -> Graph:
+    """Pass 2: raise the speed -- both for rings, bwInter for NVLS, bwIntra for trees
+    (search.cc:1144-1163); keep what fits at least as many channels and moves more."""
     i = 0
     while sp[i] > best.bw_inter and i < len(sp) - 1:
         i += 1
@@ -343,18 +322,47 @@ def _compute(v: NodeView, net: bool, algo: str, pattern: int, min_ch: int, max_c
             tmp_intra = tmp_inter = sp[i]
         elif pattern == NVLS and tmp_inter == best.bw_inter and tmp_inter < tmp_intra * 2:
             i -= 1
-            tmp_inter = sp[i]
-            tmp_intra = best.bw_intra
+            tmp_inter, tmp_intra = sp[i], best.bw_intra
         elif pattern != NVLS and tmp_intra == best.bw_intra and tmp_intra < tmp_inter * 2:
             i -= 1
-            tmp_intra = sp[i]
-            tmp_inter = best.bw_inter
+            tmp_intra, tmp_inter = sp[i], best.bw_inter
         else:
             break
-        n = min(_capacity(v, net, best_try, tmp_intra, tmp_inter), max_ch)
+        n = min(_capacity(v, net, t, tmp_intra, tmp_inter), max_ch)
         if n >= min2 and _better(n, tmp_intra, tmp_inter, best, pattern):
             best = replace(best, n_channels=n, bw_intra=tmp_intra, bw_inter=tmp_inter)
     return best
+
+
+def _compute(v: NodeView, net: bool, algo: str, pattern: int, min_ch: int, max_ch: int,
+             nccl: str) -> Graph:
+    """ncclTopoCompute (search.cc:967-1174) with :func:`_capacity` as the search."""
+    ngpus = v.ppn
+    if ngpus == 1 and pattern != RING:
+        pattern = TREE  # search.cc:1017
+    if pattern == NVLS:
+        max_ch = min(NCCL_MAX_NVLS_ARITY, ngpus)
+        if not net:
+            min_ch = max_ch  # search.cc:1019-1022
+    sp = speeds(v.cc, net, nccl)
+    # maxBw: the best GPU->NET (or GPU->GPU) path; totalBw: a GPU's NVLink sum (search.cc:19-53)
+    max_bw = min(v.pci_gb_per_s, v.nic_gb_per_s) if net else v.nvlink_gb_per_s
+    if not net and ngpus == 1:
+        max_bw = 5000.0  # LOC_BW
+    total_bw = max(v.nvlink_gb_per_s, v.pci_gb_per_s)
+    if ngpus > 1 and pattern != RING:
+        total_bw *= ngpus / (ngpus - 1)
+    i = 0
+    while (sp[i] > max_bw or sp[i] * min_ch > total_bw) and i < len(sp) - 1:
+        i += 1
+    best, best_try = _pass1(v, net, algo, pattern, sp, i, min_ch, max_ch, total_bw)
+    if best is None or best_try is None:
+        if pattern == NVLS or algo.startswith("collnet"):
+            return Graph(algo, pattern, 0, 0.0, 0.0)
+        # search.cc:1165-1172: simple order, 1 channel at 0.1 GB/s
+        return Graph(algo, pattern, 1, 0.1, 0.1, PATH_SYS, PATH_SYS, 0, 0)
+    best = _dup(best, v.cc, max_ch)
+    return _pass2(v, net, pattern, sp, best, best_try, max_ch)
 
 
 def _dup(g: Graph, cc: int, max_ch: int) -> Graph:

@@ -71,8 +71,18 @@ import math
 from dataclasses import dataclass, field
 
 from .errors import TopologyError
-from .nccl_graph import (COMPCAP, PATH_NVB, PATH_PXB, PATH_PXN, TREE, CommGraphs, Graph,
-                         NodeView, plan_channels, search)
+from .nccl_graph import (
+    COMPCAP,
+    PATH_NVB,
+    PATH_PXB,
+    PATH_PXN,
+    TREE,
+    CommGraphs,
+    Graph,
+    NodeView,
+    plan_channels,
+    search,
+)
 
 COLLECTIVES = ("all_gather", "reduce_scatter", "all_reduce")
 ALGOS = ("tree", "ring", "collnet_direct", "collnet_chain", "nvls", "nvls_tree", "pat")
@@ -478,55 +488,67 @@ def _enabled_algos(s: GroupShape, coll: str, g: CommGraphs, nccl: str) -> list[s
     return out
 
 
+def _nvls_bw(s: GroupShape, arch: str, coll: str, algo: str, graph: Graph, nccl: str,
+             idx2: int) -> float:
+    """Per-channel NVLS/NVLSTree bandwidth: 2.28 tuning.cc:285-300, 2.23 tuning.cc:182-183."""
+    if nccl == "2.28":
+        ch = graph.n_channels
+        intra = graph.bw_intra * NVLS_EFFICIENCY[arch] * (ch - 1) / ch
+        intra *= 2.0 if coll == "all_reduce" else (s.ppn - 1) / s.ppn
+        inter = graph.bw_inter * (2 if (s.n_nodes <= 2 and algo == "nvls_tree") else 1)
+        bw = min(intra, inter)
+        return min(bw, PER_CH_MAX_NVLS_TREE[arch][idx2]) if algo == "nvls_tree" else bw
+    if algo == "nvls":
+        return min(graph.bw_intra, graph.bw_inter)
+    return min(graph.bw_intra, graph.bw_inter if s.n_nodes <= 2 else graph.bw_inter / 2)
+
+
+def _refine(s: GroupShape, row: str, coll: str, algo: str, proto: str, bus: float, ch: int,
+            idx2: int, g: CommGraphs, nccl: str) -> float:
+    """NCCL's per-protocol refinements of the bus bandwidth (tuning.cc:303-310)."""
+    ll_max = LL_MAX_BW[row][idx2] if s.n_nodes == 1 else LL_MAX_BW_INTEL[idx2]
+    if algo == "ring" and proto == "ll":
+        bus = min(ll_max, bus * 0.5)
+    elif algo == "ring" and proto == "ll128":
+        bus = min(bus * 0.92, ch * PER_CH_MAX_RING_LL128[row][idx2])
+    if algo == "tree":
+        if coll == "all_reduce":
+            bus = min(bus * 0.92, ch * PER_CH_MAX_TREE[row][idx2])
+        if proto == "ll":
+            bus = min(bus / 3.8, ll_max)
+        elif proto == "ll128":
+            bus = min(bus * (7.0 / 9.0 if s.n_nodes == 1 else 120.0 / 128.0),
+                      ch * PER_CH_MAX_TREE_LL128[row][idx2])
+        if g.max_tree_pattern == TREE:
+            bus *= 0.85  # tuning.cc:309 (2.23: the rank's own tree pattern)
+    if algo == "pat":
+        bus *= PAT_FACTOR[nccl]
+    return bus
+
+
 def _algbw(s: GroupShape, arch: str, coll: str, algo: str, proto: str, nsteps: int,
            g: CommGraphs, nccl: str) -> float:
     """Algorithm bandwidth (GB/s) of one (algorithm, protocol), tuning.cc:284-351."""
     row = "hopper" if (nccl == "2.23" and arch == "blackwell") else arch
     idx2 = min(s.n_nodes, 3) - 1
-    ll_max = LL_MAX_BW[row][idx2] if s.n_nodes == 1 else LL_MAX_BW_INTEL[idx2]
     graph = g.graph(algo)
     assert graph is not None
     ch = graph.n_channels
     collnet = algo in ("collnet_direct", "collnet_chain")
     bw = graph.bw_intra if (s.n_nodes <= 2 or collnet) else graph.bw_inter
-    ppn = s.ppn
     if algo in ("nvls", "nvls_tree"):
-        if nccl == "2.28":
-            intra = graph.bw_intra * NVLS_EFFICIENCY[arch] * (ch - 1) / ch
-            intra *= 2.0 if coll == "all_reduce" else (ppn - 1) / ppn
-            inter = graph.bw_inter * (2 if (s.n_nodes <= 2 and algo == "nvls_tree") else 1)
-            bw = min(intra, inter)
-            if algo == "nvls_tree":
-                bw = min(bw, PER_CH_MAX_NVLS_TREE[arch][idx2])
-        elif algo == "nvls":
-            bw = min(graph.bw_intra, graph.bw_inter)
-        else:
-            bw = min(graph.bw_intra, graph.bw_inter if s.n_nodes <= 2 else graph.bw_inter / 2)
+        bw = _nvls_bw(s, arch, coll, algo, graph, nccl, idx2)
     bus = ch * bw
     if algo == "ring":
         # what the links deliver caps NCCL's channels x bandwidth (ours: the link model)
         bus = min(bus * s.share, s.ring_gb_per_s)
     else:
         bus *= s.share
-    if algo == "ring" and proto == "ll":
-        bus = min(ll_max, bus * 0.5)
-    elif algo == "ring" and proto == "ll128":
-        bus = min(bus * 0.92, ch * PER_CH_MAX_RING_LL128[row][idx2])
-    if algo == "tree" and coll == "all_reduce":
-        bus = min(bus * 0.92, ch * PER_CH_MAX_TREE[row][idx2])
-    if algo == "tree" and proto == "ll":
-        bus = min(bus / 3.8, ll_max)
-    if algo == "tree" and proto == "ll128":
-        bus = min(bus * (7.0 / 9.0 if s.n_nodes == 1 else 120.0 / 128.0),
-                  ch * PER_CH_MAX_TREE_LL128[row][idx2])
-    if algo == "tree" and g.max_tree_pattern == TREE:
-        bus *= 0.85  # tuning.cc:309 (2.23: the rank's own tree pattern)
-    if algo == "pat":
-        bus *= PAT_FACTOR[nccl]
+    bus = _refine(s, row, coll, algo, proto, bus, ch, idx2, g, nccl)
     if algo == "collnet_direct":
         if coll in ("all_gather", "reduce_scatter"):
             return 0.0  # needs the CollNet plugin's iallgather/ireducescatter: not modelled
-        factor = ppn / ch
+        factor = s.ppn / ch
         factor -= (factor - 1) / 2
         bus /= factor
         if COMPCAP[arch] >= 90:
