@@ -9,8 +9,14 @@ from simharness.topology.comm_memory import MIB, CommMemoryInputs, comm_memory
 
 
 def test_buffers_per_protocol_follow_nccl_defaults():
+    """4 MiB + 512 KiB + 4.6875 MiB (+ header) rounds up to 10 MiB at the receiver, the
+    sender's 2 MiB block; one channel's three structures are 3 x 2 MiB."""
     m = comm_memory(CommMemoryInputs(algos=("ring",), channels=1, fixed_mb=0))
-    assert m.parts["ring"] == 4 * MIB + 512 * 1024 + 4915200
+    assert m.parts["ring"] == 10 * MIB + 2 * MIB
+    assert m.parts["channels"] == 6 * MIB
+    simple_only = comm_memory(CommMemoryInputs(algos=("ring",), channels=1,
+                                               protocols=("simple",)))
+    assert simple_only.parts["ring"] == 6 * MIB + 2 * MIB   # 4 MiB + header -> 6 MiB
 
 
 def test_eager_a100_communicator_falls_in_the_reported_range():
@@ -25,8 +31,8 @@ def test_lazy_connection_and_split_sharing_shrink_it():
     eager = comm_memory(CommMemoryInputs(lazy_connect=False), nvls_capable=True)
     lazy = comm_memory(CommMemoryInputs(algos=("ring",)))
     shared = comm_memory(CommMemoryInputs(algos=("ring",), split_share=True))
-    assert "nvls" in eager.parts and set(lazy.parts) == {"ring"}
-    assert shared.total_mb == pytest.approx(shared.inputs.fixed_mb)
+    assert "nvls" in eager.parts and set(lazy.parts) == {"channels", "ring"}
+    assert shared.total_mb == pytest.approx(shared.inputs.fixed_mb) and not shared.parts
     assert shared.total_mb < lazy.total_mb < eager.total_mb
     assert any("splitShare" in line for line in shared.lines())
 

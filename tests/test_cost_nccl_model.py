@@ -38,20 +38,27 @@ def test_tree_and_nvls_tree_latency_are_log_scaled():
 
 
 def test_protocol_factors():
+    """Bandwidths from the graph search: ring 12 x 30, tree 12 x 30, NVLS 8 heads at 40/60."""
     t = tune(H100_NODE, "all_reduce").entries
-    ring = 370.8 * 8 / 14
+    ring = 12 * 30.0 * 8 / 14
     assert t[("ring", "ll")][1] == pytest.approx(141.0 * 8 / 14)          # llMaxBw Hopper N1
     assert t[("ring", "ll128")][1] == pytest.approx(0.92 * ring)
     assert t[("ring", "simple")][1] == pytest.approx(ring)
-    assert t[("nvls", "simple")][1] == pytest.approx(370.8 * 0.85 * 5 / 6)  # nvlsEfficiency
-    assert t[("tree", "simple")][1] == pytest.approx(370.8 * 0.92 * 0.5)
+    # 2.28: bwIntra x nvlsEfficiency x (nCh-1)/nCh x 2 for all-reduce, capped by bwInter
+    assert t[("nvls", "simple")][1] == pytest.approx(8 * min(40 * 0.85 * 7 / 8 * 2, 60) * 8 / 14)
+    assert t[("tree", "simple")][1] == pytest.approx(12 * 30.0 * 0.92 * 0.5)
+    old = tune(H100_NODE, "all_reduce", nccl="2.23").entries
+    assert old[("nvls", "simple")][1] == pytest.approx(8 * 40.0 * 5 / 6)  # no efficiency factor
 
 
 def test_pat_only_with_one_gpu_per_node():
     one = GroupShape(n_ranks=16, n_nodes=16, arch="hopper", intra_gb_per_s=370.8,
                      ring_gb_per_s=47.0, net_gb_per_s=47.0)
     lat, bw = tune(one, "all_gather").entries[("pat", "simple")]
-    assert lat == pytest.approx(8 + 4 * 14.0 / 3.5 + 16 * 2.8) and bw == pytest.approx(47 * .75)
+    # PAT prices the tree graph: 2 channels x bwInter 24 (> 2 nodes), x0.75 from 2.24
+    assert lat == pytest.approx(8 + 4 * 14.0 / 3.5 + 16 * 2.8) and bw == pytest.approx(48 * .75)
+    assert tune(one, "all_gather", nccl="2.23").entries[("pat", "simple")][1] == \
+        pytest.approx(48 * .85)
     eight = GroupShape(n_ranks=128, n_nodes=16, arch="hopper", intra_gb_per_s=370.8,
                        ring_gb_per_s=370.0, net_gb_per_s=376.0)
     assert ("pat", "simple") not in tune(eight, "all_gather").entries
@@ -77,7 +84,7 @@ def test_the_pick_is_the_fastest_enabled_option(size, n, coll):
             other = predict(c, range(n), coll, size, algo=algo)
         except TopologyError:
             continue
-        assert best.time_us <= other.time_us + 1e-9
+        assert best.nccl_time_us <= other.nccl_time_us + 1e-9
     assert 0 < best.busbw_gb_per_s <= 600   # never above NVLS's H100 figure by much
     assert math.isclose(best.busbw_gb_per_s,
                         size / (best.time_us * 1e3) * bus_factor(coll, n))

@@ -276,6 +276,9 @@ def topology_show(name, nodes, out, fmt, quiet):
     echo("\n".join(lines))
 
 
+DEFAULT_COST_SIZES = tuple(float(1 << k) for k in (10, 13, 16, 19, 22, 25, 28, 31, 33))
+
+
 @topology_group.command("cost")
 @click.argument("name")
 @click.option("--nodes", type=click.IntRange(min=1), default=None,
@@ -290,12 +293,25 @@ def topology_show(name, nodes, out, fmt, quiet):
 @click.option("--proto", default=None, help="Force a protocol (like NCCL_PROTO).")
 @click.option("--collnet", is_flag=True, default=False,
               help="Let NCCL use CollNet (SHARP) where the switches have it.")
+@click.option("--nccl", "nccl", default="2.28", show_default=True, metavar="2.23|2.28",
+              help="NCCL release whose search, tuning and enable rules are modelled.")
+@click.option("--explain", is_flag=True, default=False,
+              help="Also print NCCL's graph search and tuning table, as NCCL_DEBUG=INFO "
+                   "NCCL_DEBUG_SUBSYS=GRAPH,TUNING shows them.")
 @output_options(formats=("table", "json"), show_all=False)
-def topology_cost(name, nodes, ranks_per_node, collective, sizes, algo, proto, collnet, fmt,
-                  quiet):
-    """NCCL's pick and cost of one collective over a group of NAME, size by size."""
-    from ..topology.cost import predict
+def topology_cost(name, nodes, ranks_per_node, collective, sizes, algo, proto, collnet, nccl,
+                  explain, fmt, quiet):
+    """NCCL's pick and cost of one collective over a group of NAME, size by size.
 
+    Columns as nccl-tests prints them: time (us), algbw = size / time and
+    busbw = algbw x the bus factor (GB/s); then NCCL's pick, the CTAs its
+    kernel launches (channels of the plan) and NCCL's own table entry (lat_us,
+    bw_GB/s) behind the pick.
+    """
+    from ..topology.cost import build_rings, predict, shape_of
+    from ..topology.nccl_model import debug_lines, nccl_version
+
+    version = nccl_version(nccl)
     cluster = load_cluster(name, nodes)
     gpn = cluster.gpus_per_node
     rpn = gpn if ranks_per_node is None else ranks_per_node
@@ -303,21 +319,28 @@ def topology_cost(name, nodes, ranks_per_node, collective, sizes, algo, proto, c
         raise TopologyError(f"--ranks-per-node {rpn} exceeds the {gpn} GPUs of a node of "
                             f"{cluster.spec.name!r}")
     devices = [n * gpn + i for n in range(cluster.nodes) for i in range(rpn)]
-    sizes = sizes or tuple(float(1 << k) for k in range(10, 34, 3))
-    rows = [predict(cluster, devices, collective, s, algo=algo, proto=proto, collnet=collnet)
-            for s in sizes]
+    sizes = sizes or DEFAULT_COST_SIZES
+    rows = [predict(cluster, devices, collective, s, algo=algo, proto=proto, collnet=collnet,
+                    nccl=version) for s in sizes]
     if fmt == "json":
-        echo(to_json([{"size": e.size_bytes, "pick": e.pick, "latency_us": e.latency_us,
-                       "algbw_gb_per_s": e.algbw_gb_per_s, "time_us": e.time_us,
-                       "busbw_gb_per_s": e.busbw_gb_per_s} for e in rows]))
+        echo(to_json([{"size": e.size_bytes, "time_us": e.time_us,
+                       "algbw_gb_per_s": e.algbw_measured_gb_per_s,
+                       "busbw_gb_per_s": e.busbw_gb_per_s, "pick": e.pick,
+                       "channels": e.n_channels, "nccl_latency_us": e.latency_us,
+                       "nccl_bw_gb_per_s": e.algbw_gb_per_s, "pipeline_fill_us": e.ramp_us,
+                       "nccl": version} for e in rows]))
         return
     if not quiet:
         echo(f"topology {cluster_line(cluster)}")
-        echo(f"{rows[0].collective} over {len(devices)} GPUs ({rpn} per node)")
-    echo(_table(["size_B", "nccl_pick", "latency_us", "algbw_GB/s", "time_us", "busbw_GB/s"],
-                [[f"{e.size_bytes:.0f}", e.pick, f"{e.latency_us:.1f}",
-                  f"{e.algbw_gb_per_s:.1f}", f"{e.time_us:.1f}",
-                  _gbps(e.busbw_gb_per_s)] for e in rows], align="rlrrrr"))
+        echo(f"{rows[0].collective} over {len(devices)} GPUs ({rpn} per node), NCCL {version}")
+    if explain:
+        shape = shape_of(cluster, build_rings(cluster, [devices]), 0, collnet=collnet)
+        echo("\n".join(debug_lines(shape, rows[0].collective, nccl=version)))
+    echo(_table(["size(B)", "time(us)", "algbw(GB/s)", "busbw(GB/s)", "nccl_pick", "channels",
+                 "lat_us", "bw_GB/s"],
+                [[f"{e.size_bytes:.0f}", f"{e.time_us:.1f}", _gbps(e.algbw_measured_gb_per_s),
+                  _gbps(e.busbw_gb_per_s), e.pick, e.n_channels, f"{e.latency_us:.1f}",
+                  f"{e.algbw_gb_per_s:.1f}"] for e in rows], align="rrrrlrrr"))
 
 
 placement_opts = [

@@ -27,7 +27,7 @@ and prices the call; :func:`bus_bandwidth` is its nccl-tests busbw.
 >>> node = load_cluster("dgx-h100")
 >>> e = predict(node, range(8), "all_gather", 1 << 30)
 >>> e.pick, round(e.busbw_gb_per_s)                       # GB/s
-('ring/simple', 366)
+('ring/simple', 356)
 >>> predict(node, range(8), "all_reduce", 1 << 30).pick
 'nvls/simple'
 """
@@ -41,6 +41,7 @@ import numpy as np
 
 from .cluster import TIERS, Cluster
 from .errors import TopologyError
+from .nccl_graph import PCI_NCCL_PER_RAW, NodeView
 from .nccl_model import (
     DEFAULT_NCCL,
     Estimate,
@@ -258,15 +259,57 @@ def shape_of(cluster: Cluster, rings: Rings, i: int = 0, *, rate_gb_per_s: float
                             "sharp = true); CollNet cannot be enabled on it")
     dev = rings.devices[i]
     domains = np.unique(cluster.domain_of(dev))
-    rate = float(rings.alone_gb_per_s[i] if rate_gb_per_s is None else rate_gb_per_s)
+    alone = float(rings.alone_gb_per_s[i])
+    rate = float(alone if rate_gb_per_s is None else rate_gb_per_s)
+    share = rate / alone if (np.isfinite(alone) and alone > 0 and np.isfinite(rate)) else 1.0
     nvl = spec.scale_up.bandwidth_gb_per_s * spec.scale_up.efficiency
+    nodes = None
+    if spec.node.arch is not None:
+        nodes = node_views(cluster, dev)
     return GroupShape(
         n_ranks=int(dev.size), n_nodes=int(domains.size), arch=spec.node.arch,
         intra_gb_per_s=nvl, ring_gb_per_s=rate if np.isfinite(rate) else nvl,
         net_gb_per_s=float(rings.net_gb_per_s[i]) if domains.size > 1 else 0.0,
         nvls=spec.scale_up.nvls, collnet=collnet, mnnvl=spec.nodes_per_domain > 1,
         step_latency_us=float(rings.step_latency_us[i]),
-        base_latency_us=spec.base_latency_us)
+        base_latency_us=spec.base_latency_us, nodes=nodes, share=min(share, 1.0))
+
+
+def node_views(cluster: Cluster, devices) -> tuple[NodeView, ...]:
+    """What NCCL's topology search sees on each NVLink domain the group touches.
+
+    The group's GPUs in the domain, their NVLink bandwidth (links x NCCL's
+    per-link figure = the file's bandwidth x efficiency), and the NICs local
+    to them: a NIC serves ``gpus_per_node / nics_per_node`` GPUs of its node
+    (:meth:`.Cluster.nic_of`); NCCL's ``net.bw`` is the port speed / 8 and its
+    PCIe figure 3/4 of the raw rate (:data:`.nccl_graph.PCI_NCCL_PER_RAW`).
+    Domains that look alike are listed once (NCCL keeps the worst of all).
+    """
+    spec = cluster.spec
+    dev = np.asarray(devices, dtype=np.int64)
+    dom = cluster.domain_of(dev)
+    nvl = spec.scale_up.bandwidth_gb_per_s * spec.scale_up.efficiency
+    so = spec.scale_out
+    one_domain = np.unique(dom).size == 1
+    views = []
+    for d in np.unique(dom):
+        members = dev[dom == d]
+        nics = 0
+        per_nic = 1
+        if so is not None and not one_domain:
+            nic_ids = cluster.nic_of(members)
+            uniq, counts = np.unique(nic_ids, return_counts=True)
+            nics = int(uniq.size)
+            per_nic = int(counts.min())
+        assert spec.node.arch is not None
+        views.append(NodeView(
+            arch=spec.node.arch, ppn=int(members.size), nvlink_gb_per_s=nvl, nics=nics,
+            gpus_per_nic=per_nic,
+            nic_gb_per_s=so.speed_gbit_per_s / 8.0 if so is not None else 0.0,
+            pci_gb_per_s=so.pcie_gb_per_s * PCI_NCCL_PER_RAW if so is not None else 0.0,
+            pxn=bool(so.pxn) if so is not None else False, nvswitch=True,
+            nvls=spec.scale_up.nvls))
+    return tuple(dict.fromkeys(views))
 
 
 def predict(cluster: Cluster, devices, collective: str, size_bytes: float, *,
@@ -297,4 +340,4 @@ def bus_bandwidth(cluster: Cluster, devices, collective: str, size_bytes: float,
 
 
 __all__ = ["COLLECTIVES", "Rings", "build_rings", "bus_bandwidth", "bus_factor", "maxmin_rates",
-           "predict", "shape_of"]
+           "node_views", "predict", "shape_of"]

@@ -5,57 +5,61 @@ NCCL prices every (collective, algorithm, protocol) once per communicator
 and an algorithm bandwidth ``bw`` (GB/s), then runs each call with the
 combination of least ``time = lat + bytes / (1000 * bw)``
 (``ncclTopoGetAlgoTime``). This module re-implements that table from the
-constants and formulas of NCCL's source (written here from the published
-facts, not copied); where a number is ours and not NCCL's, the comment says
-so. The inputs NCCL gets from its topology search (channels x bandwidth per
-channel) come from :mod:`.cost`'s link model: the per-rank ring rate of the
-group on the cluster (NVLink, NICs, PXN, rails, link sharing).
+constants and formulas of NCCL's source (written here, not copied) for one
+release at a time, ``nccl="2.23"`` (tag v2.23.4-1) or ``"2.28"`` (v2.28.3-1,
+the default); where a number is ours and not NCCL's, the comment says so.
+Its inputs are NCCL's graph search (:mod:`.nccl_graph`): per algorithm the
+channels, ``bwIntra``/``bwInter``, pattern and path types, and
+``comm->nChannels``. The ring figure is capped by what the links deliver
+(:mod:`.cost`'s link model, shared when other groups run).
 
-Sources (NVIDIA/nccl, ``src/graph/tuning.cc`` of 2.23-2.26 unless noted):
+Sources (NVIDIA/nccl ``src/graph/tuning.cc``, 2.28 line numbers unless noted):
 
 - ``baseLat`` (per algorithm x protocol) and ``hwLat`` (per link type NVLink /
-  PCI / network x algorithm x protocol), in us;
+  PCI / network x algorithm x protocol), in us (tuning.cc:142-168);
 - ring: ``2(n-1)`` (all-reduce) or ``n-1`` steps, of which ``2(nodes-1)`` resp.
   ``nodes-1`` cross the network and pay the network latency, the rest the
   NVLink latency, raised to the CPU's network post overhead (1 us on x86 Intel,
-  x3 for Simple) on multi-node rings;
+  x3 for Simple) on multi-node rings (tuning.cc:361-380);
 - tree: ``2 ((ppn-1) intraLat + log2(nodes) interLat)`` (log-scaled);
   NVLSTree ``intraLat + 2 log2(nodes) interLat``; PAT ``8 + log2(nodes)
   interLat/3.5 + 2.8 n``; NVLS ``intraLat (+ interLat over nodes)``;
-- bandwidth refinements: Ring/LL ``min(llMaxBw, bw/2)``, Ring/LL128 ``x0.92``
-  capped per channel, Tree ``x0.92`` capped per channel, Tree/LL ``/3.8``,
-  Tree/LL128 ``x7/9`` (one node) or ``x120/128``, PAT ``x0.75``; conversion
-  to algorithm bandwidth: ring ``n/nsteps``, tree and CollNet ``1/2``, NVLS
-  ``5/6``;
+- bandwidth: ``nChannels x bw`` of the algorithm's graph, ``bw = bwIntra`` on
+  <= 2 nodes (so Tree on 2 nodes runs at the *tree graph's* speed, not the full
+  NVLink rate) and ``bwInter`` beyond (tuning.cc:284-301); refinements: Ring/LL
+  ``min(llMaxBw, bw/2)``, Ring/LL128 ``x0.92`` capped per channel, Tree
+  ``x0.92`` capped per channel, Tree/LL ``/3.8``, Tree/LL128 ``x7/9`` (one node)
+  or ``x120/128``, Tree ``x0.85`` when the tree graph is a plain TREE pattern
+  (tuning.cc:309), PAT ``x0.75`` (2.24+; ``x0.85`` in 2.23); conversion to
+  algorithm bandwidth: ring ``n/nsteps``, tree and CollNet ``1/2``, NVLS and
+  NVLSTree ``n/nsteps`` (2.28) or ``5/6`` (2.23);
+- NVLS (2.28): ``bwIntra x nvlsEfficiency (0.85 Hopper, 0.74 Blackwell) x
+  (nCh-1)/nCh``, x2 for all-reduce, capped by ``bwInter`` (x2 for NVLSTree on
+  2 nodes) and, for NVLSTree, the per-channel cap new in 2.28; 2.23:
+  ``min(bwIntra, bwInter)`` with no efficiency factor;
 - ``llMaxBws``, ``perChMaxRingLL128Bws``, ``perChMaxTreeLL128Bws``,
-  ``perChMaxTreeBws`` per architecture (Volta/Ampere/Hopper/Blackwell) and
-  node bucket (1, 2, >2 nodes);
-- ``nvlsEfficiency`` 0.85 (Hopper), 0.74 (Blackwell) (NCCL 2.27,
-  ``src/graph/tuning.cc`` / 2.28 ``src/tuning/nvls.cc``);
+  ``perChMaxTreeBws`` per architecture and node bucket (1, 2, >2 nodes); 2.28
+  has Blackwell rows of its own, 2.23 prices Blackwell with Hopper's;
 - ``treeCorrectionFactor`` per protocol and power of two of the size;
 - ring plateau: multi-node Ring/Simple all-reduce latency x1.4 (SM80+) once
-  every rank's share of every channel is >= 64 B (``ncclTopoGetAlgoTime``);
-- per-link NVLink bandwidth ``SM80_NVLINK_BW 20.0``, ``SM90_NVLINK_BW 20.6``,
-  ``SM100_NVLINK_BW 40.1`` GB/s (``src/graph/topo.h``): the topology files'
-  NVLink efficiency is that figure over the line rate of a link.
+  every rank's share of every channel (``comm->nChannels``) is >= 64 B.
 
-Enable rules (NCCL): Tree only for all-reduce; NVLS/NVLSTree/CollNet/PAT only
-Simple; NVLS on one NVLink domain (NVSwitch with multicast, Hopper+), or
-across nodes only with CollNet (SHARP); NVLSTree only across nodes; a
-multi-node NVLink domain (MNNVL, GB200 NVL72) counts as one node and gets no
-NVLS (NCCL 2.19-2.20: "MNNVL: NVLS not yet supported"); PAT for all-gather /
-reduce-scatter with one GPU per node.
+Enable rules: Tree only for all-reduce; NVLS/NVLSTree/CollNet/PAT only Simple;
+NVLS on one NCCL node (an NVSwitch domain with multicast, Hopper+, > 2 GPUs;
+a multi-node NVLink domain is one node, NVLS allowed there since 2.21), across
+nodes only with CollNet; NVLSTree only across nodes; PAT for all-gather /
+reduce-scatter with one GPU per node; LL128 per :func:`_ll128_enabled` (2.23:
+not on Blackwell).
 
-Not modelled (documented limits): NCCL's run-time channel reduction for
-mid-size messages, aggregation of several operations in one group, tuner
-plugins, the Tree "pattern" penalty, user ``NCCL_ALGO``/``NCCL_PROTO``
-overrides other than the ``algo``/``proto`` arguments.
+Not modelled (documented limits): aggregation of several operations in one
+group, tuner plugins, user ``NCCL_ALGO``/``NCCL_PROTO`` overrides other than
+the ``algo``/``proto`` arguments.
 
 >>> shape = GroupShape(n_ranks=8, n_nodes=1, arch="hopper", intra_gb_per_s=370.8,
 ...                    ring_gb_per_s=370.8, nvls=True)
 >>> best = choose(shape, "all_reduce", 8 * 2**30)
->>> best.algo, best.proto, round(best.busbw_gb_per_s)
-('nvls', 'simple', 459)
+>>> best.algo, best.proto, round(best.busbw_gb_per_s), best.n_channels
+('nvls', 'simple', 476, 16)
 >>> small = choose(shape, "all_reduce", 1024)
 >>> small.algo, small.proto, round(small.time_us, 1)
 ('ring', 'll', 15.0)
@@ -67,6 +71,18 @@ import math
 from dataclasses import dataclass, field
 
 from .errors import TopologyError
+from .nccl_graph import (
+    COMPCAP,
+    PATH_NVB,
+    PATH_PXB,
+    PATH_PXN,
+    TREE,
+    CommGraphs,
+    Graph,
+    NodeView,
+    plan_channels,
+    search,
+)
 
 COLLECTIVES = ("all_gather", "reduce_scatter", "all_reduce")
 ALGOS = ("tree", "ring", "collnet_direct", "collnet_chain", "nvls", "nvls_tree", "pat")
@@ -100,19 +116,30 @@ HW_LAT = {
             "nvls": (0.0, 0.0, 18.0), "nvls_tree": (0.0, 0.0, 14.0), "pat": (0.0, 0.0, 14.0)},
 }
 # llMaxBws: one node -> by GPU architecture; several nodes -> by CPU (x86 Intel row).
+# tuning.cc:169-174 (2.28); 2.23 has no Blackwell row: SM100 takes the Hopper row there
+# (v2.23.4-1 tuning.cc:146: compCapIndex stops at Hopper).
 LL_MAX_BW = {"volta": (39.0, 39.0, 20.4), "ampere": (87.7, 22.5, 19.0),
              "hopper": (141.0, 45.0, 35.0), "blackwell": (282.0, 90.0, 70.0)}
 LL_MAX_BW_INTEL = (39.0, 39.0, 20.4)
+# Per-channel caps (N1/N2/N4 = 1, 2, >2 nodes), tuning.cc:175-198 (2.28).
 PER_CH_MAX_RING_LL128 = {"volta": (20.0,) * 3, "ampere": (20.0,) * 3, "hopper": (36.7,) * 3,
                          "blackwell": (73.4,) * 3}
 PER_CH_MAX_TREE_LL128 = {"volta": (20.0,) * 3, "ampere": (20.0,) * 3,
-                         "hopper": (36.7, 36.7, 29.0), "blackwell": (73.4, 73.4, 58.0)}
+                         "hopper": (36.7, 36.7, 29.0), "blackwell": (55.6, 31.67, 20.0)}
 PER_CH_MAX_TREE = {"volta": (26.5, 18.5, 10.0), "ampere": (24.0, 23.6, 17.8),
-                   "hopper": (38.7, 41.4, 36.0), "blackwell": (77.4, 82.8, 72.0)}
+                   "hopper": (38.7, 41.4, 36.0), "blackwell": (70.0, 42.8, 24.0)}
+# NVLSTree per-channel cap, new in 2.28 (tuning.cc:193-198)
+PER_CH_MAX_NVLS_TREE = {"volta": (26.5, 18.5, 10.0), "ampere": (24.0, 23.6, 17.8),
+                        "hopper": (0.0, 57.7, 45.5), "blackwell": (0.0, 96.0, 43.1)}
+# nvlsEfficiency: first in 2.28.3 (tuning.cc:133-139); 2.23 prices NVLS as
+# min(bwIntra, bwInter) x 5/6 (v2.23.4-1 tuning.cc:182-183, 224).
 NVLS_EFFICIENCY = {"volta": 0.0, "ampere": 0.0, "hopper": 0.85, "blackwell": 0.74}
-# src/graph/topo.h: GB/s of one NVLink per direction as NCCL counts it.
+# PAT bandwidth factor: x0.85 in 2.23 (v2.23.4-1 tuning.cc:193), x0.75 from 2.24
+# (tuning.cc:310 in 2.28).
+PAT_FACTOR = {"2.23": 0.85, "2.28": 0.75}
+# src/graph/topo.h:16-21: GB/s of one NVLink per direction as NCCL counts it.
 NVLINK_BW_PER_LINK = {"volta": 20.0, "ampere": 20.0, "hopper": 20.6, "blackwell": 40.1}
-TREE_CORRECTION = {  # powers of two from 64 B (index 0) to 256 MB (index 22)
+TREE_CORRECTION = {  # powers of two from 64 B (index 0) to 256 MB (index 22), tuning.cc:578
     "ll": (1.0, 1.0, 1.0, 1.0, .9, .8, .7, .7, .7, .7, .6, .5, .4, .4, .5, .6, .7, .8, .9,
            1.0, 1.0, 1.0, 1.0),
     "ll128": (1.0, 1.0, 1.0, 1.0, 1.0, .9, .8, .8, .8, .7, .6, .6, .6, .6, .6, .6, .8, .9, .9,
@@ -121,11 +148,10 @@ TREE_CORRECTION = {  # powers of two from 64 B (index 0) to 256 MB (index 22)
                .8, .9, .9),
 }
 NET_OVERHEAD_US = 1.0   # getNetOverhead: x86 Intel (AMD: 2.0); x3 for Simple
-RING_PLATEAU = 1.4      # SM80+ (1.9 before)
-# Channels NCCL's search finds (e.g. 16-24 ring channels on DGX H100); used only for
-# the per-channel caps above, which do not bind at 16 channels on NVSwitch systems.
-# Ours, not NCCL's: the search result depends on the machine.
-DEFAULT_CHANNELS = 16
+RING_PLATEAU = 1.4      # SM80+ (1.9 before), tuning.cc:593-596
+# Threads per CTA NCCL gives a kernel (tuning.cc:231-243, device.h:88-109): Simple 512
+# (ring: 256 when the ring moves <= PCI_BW 12 GB/s), LL 512, LL128 640.
+MAX_THREADS = {"simple": 512, "ll": 512, "ll128": 640}
 
 
 def collective_name(name: str) -> str:
@@ -188,11 +214,14 @@ class GroupShape:
     ``n_nodes`` counts NVLink domains (a multi-node NVLink domain is one node,
     ``mnnvl`` says it spans several OS nodes); ``intra_gb_per_s`` is one GPU's
     NVLink bandwidth as NCCL counts it (links x per-link figure);
-    ``ring_gb_per_s`` the per-rank ring rate of the link model (NCCL's
-    channels x bandwidth); ``net_gb_per_s`` the network rate per rank (its
-    node's NICs used by the group; 0 on one domain). ``arch=None`` is a
-    non-NCCL transport (gloo): ring/Simple only, with ``step_latency_us`` and
-    ``base_latency_us`` from the topology file.
+    ``ring_gb_per_s`` the per-rank ring rate of the link model (what the links
+    deliver, shared with ``share`` of it when other groups run: the NCCL ring
+    figure is capped by it); ``net_gb_per_s`` the network rate per rank (its
+    node's NICs used by the group; 0 on one domain). ``nodes``: what NCCL's
+    topology search sees on each node (:class:`.nccl_graph.NodeView`); when
+    not given, a DGX-like node (one 400G NIC per GPU on PCIe Gen5) is
+    assumed. ``arch=None`` is a non-NCCL transport (gloo): ring/Simple only,
+    with ``step_latency_us`` and ``base_latency_us`` from the topology file.
     """
 
     n_ranks: int
@@ -204,13 +233,28 @@ class GroupShape:
     nvls: bool = False
     collnet: bool = False
     mnnvl: bool = False
-    channels: int = DEFAULT_CHANNELS
     step_latency_us: float = 0.0
     base_latency_us: float = 0.0
+    nodes: tuple[NodeView, ...] | None = None
+    share: float = 1.0
 
     @property
     def ppn(self) -> float:
         return self.n_ranks / self.n_nodes
+
+    def views(self) -> tuple[NodeView, ...]:
+        """The node(s) NCCL's search sees (given, or the DGX-like default)."""
+        if self.nodes:
+            return self.nodes
+        assert self.arch is not None, "views() needs an NCCL architecture"
+        ppn = max(1, round(self.ppn))
+        return (NodeView(arch=self.arch, ppn=ppn, nvlink_gb_per_s=self.intra_gb_per_s,
+                         nics=ppn if self.n_nodes > 1 else 0, nvls=self.nvls),)
+
+    def graphs(self, nccl: str = DEFAULT_NCCL) -> CommGraphs:
+        """NCCL's graph search for this group (:func:`.nccl_graph.search`)."""
+        return search(self.views(), self.n_nodes, nccl=nccl_version(nccl),
+                      collnet=self.collnet)
 
     def describe(self) -> str:
         return (f"{self.n_ranks} ranks on {self.n_nodes} node(s) ({self.ppn:g} per node), "
@@ -222,7 +266,12 @@ class GroupShape:
 
 @dataclass(frozen=True)
 class Estimate:
-    """One (algorithm, protocol) priced for one call; times in us, rates in GB/s."""
+    """One (algorithm, protocol) priced for one call; times in us, rates in GB/s.
+
+    ``n_channels``: CTAs the kernel launches for this call (the plan's
+    channels, :func:`.nccl_graph.plan_channels`); ``ramp_us``: the pipeline
+    fill time added to NCCL's own ``lat + size / bw`` (:func:`pipeline_fill_us`).
+    """
 
     collective: str
     algo: str
@@ -232,12 +281,21 @@ class Estimate:
     algbw_gb_per_s: float
     n_ranks: int
     n_channels: int  # CTAs the kernel launches: the channels of this call's plan
+    ramp_us: float = 0.0
 
     @property
-    def time_us(self) -> float:
+    def nccl_time_us(self) -> float:
+        """NCCL's own estimate (``ncclTopoGetAlgoTime``): latency + size / bandwidth."""
         if self.n_ranks < 2:
             return 0.0
         return self.latency_us + self.size_bytes / (1000.0 * self.algbw_gb_per_s)
+
+    @property
+    def time_us(self) -> float:
+        """Predicted time: NCCL's estimate plus the pipeline fill."""
+        if self.n_ranks < 2:
+            return 0.0
+        return self.nccl_time_us + self.ramp_us
 
     @property
     def busbw_gb_per_s(self) -> float:
@@ -246,6 +304,13 @@ class Estimate:
             return math.inf
         return self.size_bytes / (self.time_us * 1e3) * bus_factor(self.collective,
                                                                     self.n_ranks)
+
+    @property
+    def algbw_measured_gb_per_s(self) -> float:
+        """nccl-tests algbw: size / time."""
+        if self.n_ranks < 2 or self.time_us == 0:
+            return math.inf
+        return self.size_bytes / (self.time_us * 1e3)
 
     @property
     def pick(self) -> str:
@@ -260,24 +325,60 @@ class Table:
     shape: GroupShape
     entries: dict[tuple[str, str], tuple[float, float]] = field(default_factory=dict)
     nccl: str = DEFAULT_NCCL
+    graphs: CommGraphs | None = None
 
     def estimate(self, algo: str, proto: str, size_bytes: float) -> Estimate:
         lat, bw = self.entries[(algo, proto)]
         s = self.shape
+        g = self.graphs
         if algo == "tree" and self.collective == "all_reduce":
             log_size = _log2i(size_bytes / 64) if size_bytes >= 64 else -1
             if 0 <= log_size < 23:
                 bw *= TREE_CORRECTION[proto][log_size]
+        nch = g.n_channels if g is not None else 1
         if (algo == "ring" and proto == "simple" and s.n_nodes > 1 and s.arch is not None
                 and self.collective == "all_reduce"
-                and size_bytes / (s.channels * s.n_ranks) >= 64):
+                and size_bytes / (nch * s.n_ranks) >= 64):
             lat *= RING_PLATEAU
-        return Estimate(self.collective, algo, proto, size_bytes, lat, bw, s.n_ranks,
-                        s.channels if s.n_ranks > 1 else 0)
+        ctas = 0
+        ramp = 0.0
+        if s.n_ranks > 1:
+            if g is None:
+                ctas = 1
+            else:
+                threads = MAX_THREADS[proto]
+                if (algo == "ring" and proto == "simple"
+                        and g.ring.bw_intra * g.ring.n_channels <= 12.0):
+                    threads = 256
+                if algo == "pat":
+                    threads = 0  # comm->maxThreads[PAT] is never set: no reduction
+                ctas = plan_channels(g, algo, proto, size_bytes, threads, s.n_ranks)
+                ramp = pipeline_fill_us(self.collective, algo, proto, size_bytes, s, g, bw,
+                                        ctas)
+        return Estimate(self.collective, algo, proto, size_bytes, lat, bw, s.n_ranks, ctas,
+                        ramp)
 
     def all_estimates(self, size_bytes: float) -> list[Estimate]:
+        """Every enabled (algorithm, protocol), in NCCL's order of preference (its time)."""
         return sorted((self.estimate(a, p, size_bytes) for a, p in self.entries),
-                      key=lambda e: e.time_us)
+                      key=lambda e: e.nccl_time_us)
+
+    def lines(self) -> list[str]:
+        """The table as NCCL_DEBUG_SUBSYS=TUNING prints it: latency/bandwidth per proto."""
+        out = []
+        for algo in ALGOS:
+            cells = []
+            for proto in ("ll", "ll128", "simple"):
+                lat, bw = self.entries.get((algo, proto), (0.0, 0.0))
+                cells.append(f"{lat:8.1f}/{bw:6.1f}")
+            if any((algo, p) in self.entries for p in PROTOS):
+                out.append(f"{_NCCL_ALGO_NAMES[algo]:>13s} |" + " |".join(cells))
+        return out
+
+
+_NCCL_ALGO_NAMES = {"tree": "Tree", "ring": "Ring", "collnet_direct": "CollNetDirect",
+                    "collnet_chain": "CollNetChain", "nvls": "NVLS", "nvls_tree": "NVLSTree",
+                    "pat": "PAT"}
 
 
 def tune(shape: GroupShape, collective: str, *, nccl: str = DEFAULT_NCCL) -> Table:
@@ -305,18 +406,21 @@ def tune(shape: GroupShape, collective: str, *, nccl: str = DEFAULT_NCCL) -> Tab
         entries[("ring", "simple")] = (lat, s.ring_gb_per_s * n / nsteps)
         return Table(coll, s, entries, version)
 
-    for algo in _enabled_algos(s, coll):
+    graphs = s.graphs(version)
+    for algo in _enabled_algos(s, coll, graphs, version):
         for pi, proto in enumerate(PROTOS):
             if algo not in ("ring", "tree") and proto != "simple":
                 continue
-            bw = _algbw(s, s.arch, coll, algo, proto, nsteps)
+            if proto == "ll128" and not _ll128_enabled(s.arch, graphs.graph(algo), version):
+                continue
+            bw = _algbw(s, s.arch, coll, algo, proto, nsteps, graphs, version)
             if bw > 0:
                 entries[(algo, proto)] = (_latency(s, algo, pi, nsteps, inter_steps), bw)
-    return Table(coll, s, entries, version)
+    return Table(coll, s, entries, version, graphs)
 
 
 def _latency(s: GroupShape, algo: str, pi: int, nsteps: int, inter_steps: int) -> float:
-    """Latency (us) of one (algorithm, protocol ``PROTOS[pi]``), NCCL's formula per algorithm."""
+    """Latency (us) of one (algorithm, protocol ``PROTOS[pi]``), tuning.cc:353-401."""
     n, nodes, ppn = s.n_ranks, s.n_nodes, s.ppn
     intra = HW_LAT["nvlink"][algo][pi]
     inter = HW_LAT["net"]["tree" if ppn == 1 else algo][pi]
@@ -335,77 +439,137 @@ def _latency(s: GroupShape, algo: str, pi: int, nsteps: int, inter_steps: int) -
         return intra + (inter if nodes > 1 else 0.0)
     if algo == "nvls_tree":
         return base + intra + 2 * _log2i(nodes) * inter
-    return 8.0 + _log2i(nodes) * (inter / 3.5) + n * 2.8  # pat
+    # pat: 8 us base (2.28 baseLatencies; 2.23 writes the 8 into the formula)
+    return 8.0 + _log2i(nodes) * (inter / 3.5) + n * 2.8
 
 
-def _enabled_algos(s: GroupShape, coll: str) -> list[str]:
-    hopper_plus = s.arch in ("hopper", "blackwell")
+def _ll128_enabled(arch: str, graph: Graph | None, nccl: str) -> bool:
+    """LL128's default enable (tuning.cc:478-494; v2.23.4-1 tuning.cc:322-336).
+
+    2.28: Hopper+ up to typeInter PXN (NCCL_LL128_C2C=1), older GPUs up to PXB;
+    typeIntra up to NVB. 2.23: up to PXB (PXN on Hopper+), and only on SM70,
+    SM80 and SM90 -- Blackwell runs without LL128.
+    """
+    if graph is None:
+        return False
+    cc = COMPCAP[arch]
+    if nccl == "2.23":
+        ok = graph.type_inter <= PATH_PXB or (cc >= 90 and graph.type_inter <= PATH_PXN)
+        ok = ok and cc in (70, 80, 90)
+    else:
+        ok = graph.type_inter <= (PATH_PXN if cc >= 90 else PATH_PXB)
+    return ok and graph.type_intra <= PATH_NVB
+
+
+def _enabled_algos(s: GroupShape, coll: str, g: CommGraphs, nccl: str) -> list[str]:
+    """The algorithms NCCL would price for ``coll`` (tuning.cc:272-282, 459-476;
+    enqueue.cc:1776-1790).
+
+    NVLS needs the NVLS graph (NVSwitch with multicast, Hopper+, > 2 GPUs in
+    the domain, nvls.cc:160) and, across nodes, CollNet; a multi-node NVLink
+    domain is one NCCL node, so NVLS runs there in both releases (MNNVL NVLS
+    since 2.21). NVLSTree only across nodes; NVLS/NVLSTree need >= 2 NVLS
+    channels (2.28). PAT: all-gather / reduce-scatter with one GPU per node.
+    """
     out = ["ring"]
+    nvls_graph = g.nvls is not None and g.nvls.n_channels >= (2 if nccl == "2.28" else 1)
     if coll == "all_reduce":
         out.append("tree")
-        if s.collnet and s.n_nodes > 1:
-            out += ["collnet_direct", "collnet_chain"]
-        if s.nvls and hopper_plus and s.ppn > 1 and s.n_nodes > 1 and not s.mnnvl:
+        if s.collnet and s.n_nodes > 1 and g.collnet_chain is not None:
+            out.append("collnet_chain")
+            if g.collnet_direct is not None:
+                out.append("collnet_direct")
+        if nvls_graph and s.n_nodes > 1:
             out.append("nvls_tree")
-    if s.nvls and hopper_plus and s.ppn > 1 and not s.mnnvl and (s.n_nodes == 1 or s.collnet):
+    if nvls_graph and (s.n_nodes == 1 or (s.collnet and coll == "all_reduce")):
         out.append("nvls")
-    if coll != "all_reduce" and s.ppn == 1 and s.n_nodes > 1:
+    if coll != "all_reduce" and s.n_nodes == s.n_ranks and s.n_nodes > 1:
         out.append("pat")
     return out
 
 
-def _algbw(s: GroupShape, arch: str, coll: str, algo: str, proto: str, nsteps: int) -> float:
-    """Algorithm bandwidth (GB/s) of one (algorithm, protocol), NCCL's refinements applied."""
-    idx2 = min(s.n_nodes, 3) - 1
-    ll_max = LL_MAX_BW[arch][idx2] if s.n_nodes == 1 else LL_MAX_BW_INTEL[idx2]
-    ch = s.channels
-    ring = s.ring_gb_per_s
-    eff = NVLS_EFFICIENCY[arch]
-    if algo == "ring":
-        bus = ring
-        if proto == "ll":
-            bus = min(ll_max, bus * 0.5)
-        elif proto == "ll128":
-            bus = min(bus * 0.92, ch * PER_CH_MAX_RING_LL128[arch][idx2])
-        return bus * s.n_ranks / nsteps
+def _nvls_bw(s: GroupShape, arch: str, coll: str, algo: str, graph: Graph, nccl: str,
+             idx2: int) -> float:
+    """Per-channel NVLS/NVLSTree bandwidth: 2.28 tuning.cc:285-300, 2.23 tuning.cc:182-183."""
+    if nccl == "2.28":
+        ch = graph.n_channels
+        intra = graph.bw_intra * NVLS_EFFICIENCY[arch] * (ch - 1) / ch
+        intra *= 2.0 if coll == "all_reduce" else (s.ppn - 1) / s.ppn
+        inter = graph.bw_inter * (2 if (s.n_nodes <= 2 and algo == "nvls_tree") else 1)
+        bw = min(intra, inter)
+        return min(bw, PER_CH_MAX_NVLS_TREE[arch][idx2]) if algo == "nvls_tree" else bw
+    if algo == "nvls":
+        return min(graph.bw_intra, graph.bw_inter)
+    return min(graph.bw_intra, graph.bw_inter if s.n_nodes <= 2 else graph.bw_inter / 2)
+
+
+def _refine(s: GroupShape, row: str, coll: str, algo: str, proto: str, bus: float, ch: int,
+            idx2: int, g: CommGraphs, nccl: str) -> float:
+    """NCCL's per-protocol refinements of the bus bandwidth (tuning.cc:303-310)."""
+    ll_max = LL_MAX_BW[row][idx2] if s.n_nodes == 1 else LL_MAX_BW_INTEL[idx2]
+    if algo == "ring" and proto == "ll":
+        bus = min(ll_max, bus * 0.5)
+    elif algo == "ring" and proto == "ll128":
+        bus = min(bus * 0.92, ch * PER_CH_MAX_RING_LL128[row][idx2])
     if algo == "tree":
-        bus = s.intra_gb_per_s if s.n_nodes <= 2 else ring
-        bus = min(bus * 0.92, ch * PER_CH_MAX_TREE[arch][idx2])
+        if coll == "all_reduce":
+            bus = min(bus * 0.92, ch * PER_CH_MAX_TREE[row][idx2])
         if proto == "ll":
             bus = min(bus / 3.8, ll_max)
         elif proto == "ll128":
             bus = min(bus * (7.0 / 9.0 if s.n_nodes == 1 else 120.0 / 128.0),
-                      ch * PER_CH_MAX_TREE_LL128[arch][idx2])
-        return bus * 0.5
-    if algo == "nvls":
-        intra = s.intra_gb_per_s * eff
-        if coll == "all_reduce":
-            bus = intra if s.n_nodes == 1 else min(intra, s.net_gb_per_s)
-            return bus * 5.0 / 6.0
-        # all-gather / reduce-scatter: no bus -> algorithm conversion in NCCL
-        inter = intra if s.n_nodes == 1 else s.net_gb_per_s * 0.9
-        return min(intra * (s.ppn - 1) / s.ppn, inter)
-    if algo == "nvls_tree":
-        net = s.net_gb_per_s if s.n_nodes <= 2 else s.net_gb_per_s / 2
-        return min(s.intra_gb_per_s * eff, net) * 5.0 / 6.0
-    if algo == "collnet_chain":
-        return s.intra_gb_per_s * 0.5
+                      ch * PER_CH_MAX_TREE_LL128[row][idx2])
+        if g.max_tree_pattern == TREE:
+            bus *= 0.85  # tuning.cc:309 (2.23: the rank's own tree pattern)
+    if algo == "pat":
+        bus *= PAT_FACTOR[nccl]
+    return bus
+
+
+def _algbw(s: GroupShape, arch: str, coll: str, algo: str, proto: str, nsteps: int,
+           g: CommGraphs, nccl: str) -> float:
+    """Algorithm bandwidth (GB/s) of one (algorithm, protocol), tuning.cc:284-351."""
+    row = "hopper" if (nccl == "2.23" and arch == "blackwell") else arch
+    idx2 = min(s.n_nodes, 3) - 1
+    graph = g.graph(algo)
+    assert graph is not None
+    ch = graph.n_channels
+    collnet = algo in ("collnet_direct", "collnet_chain")
+    bw = graph.bw_intra if (s.n_nodes <= 2 or collnet) else graph.bw_inter
+    if algo in ("nvls", "nvls_tree"):
+        bw = _nvls_bw(s, arch, coll, algo, graph, nccl, idx2)
+    bus = ch * bw
+    if algo == "ring":
+        # what the links deliver caps NCCL's channels x bandwidth (ours: the link model)
+        bus = min(bus * s.share, s.ring_gb_per_s)
+    else:
+        bus *= s.share
+    bus = _refine(s, row, coll, algo, proto, bus, ch, idx2, g, nccl)
     if algo == "collnet_direct":
-        # NCCL divides by a GPU/NIC-ratio factor; with one NIC per GPU (DGX) it is 1.
-        bus = s.intra_gb_per_s
-        if s.arch in ("hopper", "blackwell"):
+        if coll in ("all_gather", "reduce_scatter"):
+            return 0.0  # needs the CollNet plugin's iallgather/ireducescatter: not modelled
+        factor = s.ppn / ch
+        factor -= (factor - 1) / 2
+        bus /= factor
+        if COMPCAP[arch] >= 90:
             bus *= 0.85
-        return bus * 0.5
-    # pat: x0.75, no bus -> algorithm conversion for all-gather / reduce-scatter
-    return ring * 0.75
+    if algo != "ring" and coll in ("all_gather", "reduce_scatter"):
+        return bus  # no bus -> algorithm conversion (tuning.cc:345-346)
+    if algo == "ring" or (algo in ("nvls", "nvls_tree") and nccl == "2.28"):
+        return bus * s.n_ranks / nsteps
+    if algo in ("nvls", "nvls_tree"):
+        return bus * 5.0 / 6.0
+    return bus * 0.5
 
 
 def choose(shape: GroupShape, collective: str, size_bytes: float, *, algo: str | None = None,
            proto: str | None = None, nccl: str = DEFAULT_NCCL) -> Estimate:
     """The (algorithm, protocol) NCCL would run for ``size_bytes``, or the forced one.
 
-    ``algo``/``proto`` play ``NCCL_ALGO``/``NCCL_PROTO``: the pick is limited to
-    them; a combination NCCL would not enable here is an error naming it.
+    NCCL picks by its own time (``nccl_time_us``); the estimate's ``time_us``
+    adds the pipeline fill. ``algo``/``proto`` play ``NCCL_ALGO``/``NCCL_PROTO``:
+    the pick is limited to them; a combination NCCL would not enable here is an
+    error naming it.
     """
     size = check_size(size_bytes)
     want_a = _choice("algorithm", algo, ALGOS)
@@ -417,5 +581,31 @@ def choose(shape: GroupShape, collective: str, size_bytes: float, *, algo: str |
         have = ", ".join(f"{a}/{p}" for a, p in table.entries)
         raise TopologyError(f"{collective_name(collective)} with algorithm {want_a or 'any'} "
                             f"and protocol {want_p or 'any'} is not available for "
-                            f"{shape.describe()}; NCCL would enable: {have}")
+                            f"{shape.describe()} (NCCL {table.nccl}); NCCL would enable: {have}")
     return options[0]
+
+
+def pipeline_fill_us(collective: str, algo: str, proto: str, size_bytes: float,
+                     s: GroupShape, g: CommGraphs, algbw: float, ctas: int) -> float:
+    """Time the protocol pipeline adds to ``lat + size / bw`` (us); see the module notes."""
+    return 0.0
+
+
+def debug_lines(shape: GroupShape, collective: str, *, nccl: str = DEFAULT_NCCL) -> list[str]:
+    """What ``NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=GRAPH,TUNING`` would show for this group.
+
+    The graph search (per algorithm: pattern, crossNic, nChannels, bwIntra/bwInter,
+    path types), the communicator's channel counts, then NCCL's latency/bandwidth
+    table for ``collective`` (``lat/bw`` per protocol, as tuning.cc:499-538 prints it;
+    0/0 = disabled), so a user with a GPU can compare line by line.
+    """
+    table = tune(shape, collective, nccl=nccl)
+    out = [f"NCCL {table.nccl} model for {shape.describe()}"]
+    if table.graphs is None:
+        out.append("no NCCL graph search (a single rank or a non-NCCL transport)")
+        return out
+    out += [f"NCCL INFO {line}" for line in table.graphs.lines()]
+    out.append(f"NCCL INFO {table.collective:>13s} |       LL       |      LL128     "
+               f"|     Simple")
+    out += [f"NCCL INFO {line}" for line in table.lines()]
+    return out

@@ -1,0 +1,145 @@
+"""NCCL's graph search and what it feeds (issue 15): channels, tree graph, versions, memory.
+
+Expected figures are worked out by hand from NCCL's source (search.cc, connect.cc,
+tuning.cc at v2.23.4-1 / v2.28.3-1), not read back from the code.
+"""
+
+from __future__ import annotations
+
+import pytest
+from click.testing import CliRunner
+
+from simharness._cli.main import main
+from simharness.topology import TopologyError, load_cluster
+from simharness.topology.comm_memory import CommMemoryInputs, comm_memory, pat_peers
+from simharness.topology.cost import build_rings, predict, shape_of
+from simharness.topology.nccl_graph import (
+    PATH_PXB,
+    TREE,
+    NodeView,
+    plan_channels,
+    search,
+)
+from simharness.topology.nccl_model import GroupShape, choose, tune
+
+
+def _shape(topology: str, nodes: int, devices, **kw) -> GroupShape:
+    c = load_cluster(topology, nodes)
+    return shape_of(c, build_rings(c, [list(devices)]), 0, **kw)
+
+
+H100 = NodeView(arch="hopper", ppn=8, nvlink_gb_per_s=370.8, nvls=True)
+
+
+def test_one_h100_node_has_24_channels():
+    """Ring search: 6 x 60 (360 < 370.8), dup -> 12 x 30; connect.cc doubles -> 24."""
+    g = _shape("dgx-h100", 1, range(8)).graphs()
+    assert (g.ring.n_channels, g.ring.bw_intra, g.n_channels) == (12, 30.0, 24)
+    assert choose(_shape("dgx-h100", 1, range(8)), "all_gather", 1 << 30).n_channels == 24
+
+
+@pytest.mark.parametrize("nodes", [2, 4, 16])
+def test_multi_node_groups_of_8_per_node_have_16_channels(nodes):
+    """8 NICs x 1 channel at 48 GB/s (crossNic 2, 8 x 48 >= 370.8: done), no dup at
+    bw < 50 with > 4 channels, connect.cc doubles -> 16."""
+    g = _shape("dgx-h100-superpod", nodes, range(8 * nodes)).graphs()
+    assert (g.ring.n_channels, g.ring.bw_inter, g.ring.cross_nic) == (8, 48.0, 2)
+    assert g.n_channels == 16
+
+
+def test_dp_group_with_one_gpu_per_node_has_4_channels():
+    """One GPU, its NIC and PCIe at 48: 1 x 48, dup -> 2 x 24, connect.cc -> 4; the
+    '4 channels per search channel' rule needs bwIntra > 45 and does not fire."""
+    g = _shape("dgx-h100-superpod", 16, range(0, 128, 8)).graphs()
+    assert (g.ring.n_channels, g.ring.bw_inter, g.n_channels) == (2, 24.0, 4)
+
+
+def test_plan_channels_shrink_for_small_messages():
+    """topoGetAlgoInfo: drop a channel while nBytes < nc x 512 threads x 64 (Simple)."""
+    g = search(H100, 1)
+    assert plan_channels(g, "ring", "simple", 1 << 30, 512, 8) == 24
+    assert plan_channels(g, "ring", "simple", 256 * 1024, 512, 8) == 8   # stops at 8 x 32 KiB
+    assert plan_channels(g, "ring", "simple", 200 * 1024, 512, 8) == 6
+    assert plan_channels(g, "nvls", "simple", 1 << 30, 512, 8) == 16
+
+
+def test_tree_on_two_nodes_uses_the_tree_graph_not_full_nvlink():
+    """DP=2, one GPU per node: tree graph 2 ch, bwIntra 48 (pass 2 raises it up to 2 x
+    bwInter), pattern TREE; 2 x 48 x 0.92 capped at 2 x 41.4, x0.85, /2 = 35.2 GB/s,
+    below Ring's 2 x 24 = 48 (capped by the link model's 47): Ring wins at every size."""
+    s = _shape("dgx-h100-superpod", 2, [0, 8])
+    g = s.graphs()
+    assert (g.tree.n_channels, g.tree.bw_intra, g.tree.bw_inter, g.tree.pattern) == \
+        (2, 48.0, 24.0, TREE)
+    bw = tune(s, "all_reduce").entries[("tree", "simple")][1]
+    assert bw == pytest.approx(min(2 * 48 * 0.92, 2 * 41.4) * 0.85 / 2)
+    for size in (512 << 10, 64 << 20, 8 << 30):
+        assert choose(s, "all_reduce", size).algo == "ring"
+
+
+def test_tree_pattern_factor_on_multi_node_hopper():
+    """Balanced tree fails at PXB with one NIC per GPU; SM90 tries the simpler TREE
+    pattern, which tuning.cc:309 discounts by 0.85 (> 2 nodes: bwInter 48, cap 36)."""
+    s = _shape("dgx-h100-superpod", 4, range(32))
+    g = s.graphs()
+    assert g.tree.pattern == TREE and g.tree.type_inter == PATH_PXB
+    bw = tune(s, "all_reduce").entries[("tree", "simple")][1]
+    assert bw == pytest.approx(min(8 * 48 * 0.92, 8 * 36.0) * 0.85 / 2)
+
+
+def test_versions_differ_where_the_tags_differ():
+    node = _shape("dgx-h100", 1, range(8))
+    new = tune(node, "all_reduce", nccl="2.28").entries[("nvls", "simple")][1]
+    old = tune(node, "all_reduce", nccl="2.23").entries[("nvls", "simple")][1]
+    assert new == pytest.approx(8 * 59.5 * 8 / 14) and old == pytest.approx(8 * 40 * 5 / 6)
+    b200 = _shape("dgx-b200", 1, range(8))
+    assert ("ring", "ll128") in tune(b200, "all_gather", nccl="2.28").entries
+    assert ("ring", "ll128") not in tune(b200, "all_gather", nccl="2.23").entries
+    # 2.28 Blackwell tree row (70.0 per channel on one node) vs Hopper's 38.7 in 2.23
+    g = b200.graphs("2.28")
+    t28 = tune(b200, "all_reduce", nccl="2.28").entries[("tree", "simple")][1]
+    assert t28 == pytest.approx(min(g.tree.n_channels * g.tree.bw_intra * 0.92,
+                                    g.tree.n_channels * 70.0) / 2)
+    # NVLSTree cap (2.28 only): 2 nodes x 8 H100, bwInter 48 x 2, cap 57.7 per channel
+    two = _shape("dgx-h100-superpod", 2, range(16))
+    nv = two.graphs().nvls
+    assert tune(two, "all_reduce").entries[("nvls_tree", "simple")][1] == pytest.approx(
+        nv.n_channels * min(nv.bw_intra * 0.85 * 7 / 8 * 2, 96.0, 57.7) * 16 / 30)
+
+
+def test_mnnvl_domain_gets_nvls_in_both_releases():
+    s = _shape("gb200-nvl72", 18, range(72))
+    for v in ("2.23", "2.28"):
+        assert ("nvls", "simple") in tune(s, "all_reduce", nccl=v).entries
+
+
+def test_unknown_version_is_a_typed_error_and_a_cli_error_line():
+    with pytest.raises(TopologyError, match="unknown NCCL version '3.0'"):
+        predict(load_cluster("dgx-h100"), range(8), "all_reduce", 1024, nccl="3.0")
+    r = CliRunner().invoke(main, ["topology", "cost", "dgx-h100", "--nccl", "2.99"],
+                           prog_name="simharness")
+    assert r.exit_code == 2
+    assert r.stderr.strip().splitlines() == [
+        "error: unknown NCCL version '2.99'; expected one of 2.23, 2.28 (give --nccl 2.23 "
+        "or --nccl 2.28)"]
+
+
+def test_memory_figures_from_the_source():
+    """Per GPU: 8 x H100 ring 24 ch x (10 + 2 MiB) + 24 x 6 MiB of channel structures;
+    8 per node on 4 nodes 16 ch x (7 x 12 + 20) / 8 MiB + 16 x 6; PAT on 16 nodes x 1 GPU:
+    4 ch x 7 peers x 20 MiB + 4 x 6 (fixed 6.3 MB on top)."""
+    mib = 1 << 20
+    fixed = CommMemoryInputs().fixed_mb
+    one = comm_memory(CommMemoryInputs(algos=("ring",)), shape=_shape("dgx-h100", 1, range(8)))
+    assert one.total_mb == pytest.approx((24 * 12 + 24 * 6) * mib / 1e6 + fixed)
+    multi = comm_memory(CommMemoryInputs(algos=("ring",)),
+                        shape=_shape("dgx-h100-superpod", 4, range(32)))
+    assert multi.total_mb == pytest.approx((16 * 13 + 16 * 6) * mib / 1e6 + fixed)
+    pat = comm_memory(CommMemoryInputs(algos=("pat",)),
+                      shape=_shape("dgx-h100-superpod", 16, range(0, 128, 8)))
+    assert pat_peers(16) == 7
+    assert pat.total_mb == pytest.approx((4 * 7 * 20 + 4 * 6) * mib / 1e6 + fixed)
+    nvls = comm_memory(CommMemoryInputs(algos=("nvls",)), shape=_shape("dgx-h100", 1, range(8)))
+    assert nvls.parts["nvls"] == (16 * 2 * 8 + 2) * mib   # 16 channels x 2 x 1 MiB x 8 heads
+    # the issue's rough figures: ~500, ~350, ~600 MB
+    assert 420 < one.total_mb < 520 and 300 < multi.total_mb < 380 and 560 < pat.total_mb < 660
