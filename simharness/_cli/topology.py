@@ -150,10 +150,14 @@ def format_simulate(rep, cluster: Cluster, *, quiet: bool = False, explain: bool
     out.append(f"latency share {rep.latency_share:.0%}; a collective runs up to "
                f"{rep.shared_slowdown:.2f}x slower while the others move data")
     if explain:
+        shown = set()
         for c in rep.collectives:
             if not c.options:
                 continue
             out.append("")
+            if (c.group, c.what) not in shown:  # the group's graph search and tuning table
+                shown.add((c.group, c.what))
+                out.extend(c.debug)
             out.append(f"{c.what} {c.size_bytes / 1e6:.1f} MB: NCCL's table for {c.shape} "
                        "(least time wins)")
             out.append(_table(["algo/proto", "latency_us", "algbw_GB/s", "time_us"],

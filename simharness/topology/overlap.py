@@ -75,7 +75,7 @@ import numpy as np
 from .comm_memory import CommMemoryInputs, comm_memory
 from .cost import Rings, build_rings, maxmin_rates, shape_of
 from .errors import TopologyError
-from .nccl_model import DEFAULT_NCCL, Estimate, choose, nccl_version, tune
+from .nccl_model import DEFAULT_NCCL, Estimate, choose, debug_lines, nccl_version, tune
 from .placement import Placement
 from .workload import StageWork
 
@@ -337,6 +337,7 @@ class CollRow:
     latency_s: float = 0.0
     shape: str = ""
     options: tuple = ()
+    debug: tuple[str, ...] = ()   # NCCL_DEBUG=INFO GRAPH,TUNING lines of its group
 
 
 @dataclass(frozen=True)
@@ -706,8 +707,9 @@ class _Pricer:
             return None
         role = lab.split("_")[1]
         est: Estimate = self.price(lab, combo[lab], role, size)[0]
-        return Coll(role, lab, est.latency_us * 1e-6, size, est.algbw_gb_per_s * 1e9,
-                    int(est.n_channels))
+        # latency part: NCCL's latency plus the pipeline fill (time_us = both + size / bw)
+        return Coll(role, lab, (est.latency_us + est.ramp_us) * 1e-6, size,
+                    est.algbw_gb_per_s * 1e9, int(est.n_channels))
 
     def keep_fn(self, combo: dict[str, int]) -> Callable[[str, frozenset[str]], float]:
         cache: dict = {}
@@ -811,9 +813,9 @@ def _collective_rows(units: Sequence[Unit], combo, pr: _Pricer, jg: _Groups,
                       round(e.time_us, 2))
                      for e in tune(shape, _COLL[role], nccl=nccl).all_estimates(size))
         rows.append(CollRow(_ROLE_NAMES[lab], jg.kind[lab], int(pr.info[lab].groups.shape[1]),
-                            size, est.pick, int(est.n_channels),
-                            est.latency_us * 1e-6 + size / (est.algbw_gb_per_s * 1e9), count,
-                            est.latency_us * 1e-6, shape.describe(), opts))
+                            size, est.pick, int(est.n_channels), est.time_us * 1e-6, count,
+                            (est.latency_us + est.ramp_us) * 1e-6, shape.describe(), opts,
+                            tuple(debug_lines(shape, _COLL[role], nccl=nccl))))
     return tuple(rows)
 
 
@@ -969,10 +971,15 @@ def simulate(layout, placement: Placement, *, stages: Sequence[StageWork],
     slowdown = max((1.0 / max(keep(lab, frozenset(pr.info)), 1e-12) for lab in pr.info),
                    default=1.0)
     # ---- memory of the extra communicators
-    ag_algo = next((c.pick.split("/")[0] for c in crow if c.what == "dense all-gather"), "ring")
+    ag_algos = tuple(dict.fromkeys(c.pick.split("/")[0] for c in crow
+                                   if c.what == "dense all-gather")) or ("ring",)
+    ag_shape = None
+    if "dense_ag" in pr.info:
+        ag_shape = pr.price("dense_ag", w_combo["dense_ag"], "ag",
+                            next(c.size_bytes for c in crow if c.what == "dense all-gather"))[1]
     memory = comm_memory(memory_inputs or CommMemoryInputs(
-        algos=(ag_algo,), protocols=("simple", "ll", "ll128") if spec.node.arch else
-        ("simple",)), nvls_capable=spec.scale_up.nvls, nccl=nccl)
+        algos=ag_algos, protocols=("simple", "ll", "ll128") if spec.node.arch else
+        ("simple",)), nvls_capable=spec.scale_up.nvls, nccl=nccl, shape=ag_shape)
     per_comm = memory.total_mb if comm_memory_mb is None else float(comm_memory_mb)
     hbm = None
     if spec.node.hbm_gb_per_s and crow:
