@@ -158,8 +158,8 @@ def test_simulate_table_and_json():
     assert "schedule fsdp: Megatron-FSDP" in r.stdout
     assert "one communicator" in r.stdout and "separate all-gather communicator" in r.stdout
     assert re.search(r"verdict: (helps|may help|no measurable gain).*\+\d+ MB per GPU", r.stdout)
-    assert re.search(r"memory: \+(\d+) MB per GPU \(1 extra communicator\(s\) x \1 MB\)",
-                     r.stdout), r.stdout
+    assert re.search(r"memory: \+(\d+) MB per GPU \(dp_cp_ag \1 MB\)", r.stdout), r.stdout
+    assert "communicator memory, dp_cp_ag (runs ring)" in r.stdout
     assert "connections made lazily" in r.stdout and "ring/simple" in r.stdout
     assert "the model cannot know:" in r.stdout
     explain = invoke(*args, "--explain").stdout

@@ -187,6 +187,9 @@ def test_deepseek_v3_experts_on_expert_dp_and_uneven_stages():
     assert any("Megatron-LM refuses it with Megatron-FSDP" in n for n in plain.notes)
     assert "MFU 0.4 of 989" in rep.compute_how
     assert rep.extra_communicators == 2
+    mem = dict(rep.comm_memories)
+    assert set(mem) == {"dp_cp_ag", "ep_dp_ag"} and mem["dp_cp_ag"] != mem["ep_dp_ag"]
+    assert rep.extra_memory_mb == pytest.approx(sum(mem.values()))
 
 
 def test_model_bytes_refused_or_split_as_megatron_does():
@@ -375,3 +378,9 @@ def test_memory_cost_of_the_extra_communicators():
     old = run(16, "dgx-h100-superpod", 2, ep=2, mcore="0.16", model_bytes=1e9, layers=4,
               compute_ms=1.0)
     assert old.extra_communicators == 1  # no expert all-gather group before 0.18
+    # expert parallelism without expert parameters: the expert AG communicator is created
+    # but never used, so it holds NCCL's init structures only
+    idle = run(16, "dgx-h100-superpod", 2, ep=2, model_bytes=1e9, layers=4, compute_ms=1.0)
+    mem = dict(idle.comm_memories)
+    assert mem["ep_dp_ag"] < mem["dp_cp_ag"]
+    assert any(line.startswith("ep_dp_ag (no traffic here") for line in idle.memory_lines)

@@ -174,10 +174,10 @@ def format_simulate(rep, cluster: Cluster, *, quiet: bool = False, explain: bool
     lo, hi = rep.gain_range_pct
     out.append(f"gain of create_all_gather_group: {lo:.1f}% to {hi:.1f}% of the step "
                f"(links only: {ms(rep.gain_s)} ms, slowest stage {w.stage}); memory: "
-               f"+{rep.extra_memory_mb:.0f} MB per GPU ({rep.extra_communicators} extra "
-               f"communicator(s) x {rep.comm_memory_mb:.0f} MB)")
+               f"+{rep.extra_memory_mb:.0f} MB per GPU ("
+               + " + ".join(f"{k} {mb:.0f} MB" for k, mb in rep.comm_memories) + ")")
     if not quiet:
-        out.append("communicator memory: " + "; ".join(rep.memory_lines))
+        out.extend(f"communicator memory, {line}" for line in rep.memory_lines)
         out.append("the model cannot know: " + "; ".join(rep.unknowns))
     out.append(f"verdict: {rep.verdict}")
     return "\n".join(out)

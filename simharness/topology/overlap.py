@@ -370,8 +370,7 @@ class OverlapReport:
     worst_stage: int
     collectives: tuple[CollRow, ...]
     scenarios: tuple[Scenario, ...]
-    extra_communicators: int
-    comm_memory_mb: float
+    comm_memories: tuple[tuple[str, float], ...]  # (extra communicator, MB per GPU)
     cost_classes: int
     memory_lines: tuple[str, ...] = ()
     notes: tuple[str, ...] = ()
@@ -404,8 +403,17 @@ class OverlapReport:
         return min(gains), max(gains)
 
     @property
+    def extra_communicators(self) -> int:
+        return len(self.comm_memories)
+
+    @property
+    def comm_memory_mb(self) -> float:
+        """Memory of the dense all-gather communicator (the first extra one)."""
+        return self.comm_memories[0][1] if self.comm_memories else 0.0
+
+    @property
     def extra_memory_mb(self) -> float:
-        return self.extra_communicators * self.comm_memory_mb
+        return sum(mb for _, mb in self.comm_memories)
 
     @property
     def verdict(self) -> str:
@@ -458,7 +466,7 @@ class OverlapReport:
             "scenarios": [dict(asdict(sc), gain_pct=sc.gain_pct) for sc in self.scenarios],
             "gain_s": self.gain_s, "gain_pct": self.gain_pct, "gain_range_pct": [lo, hi],
             "extra_communicators": self.extra_communicators,
-            "comm_memory_mb": self.comm_memory_mb, "extra_memory_mb": self.extra_memory_mb,
+            "comm_memories_mb": dict(self.comm_memories), "extra_memory_mb": self.extra_memory_mb,
             "memory_lines": list(self.memory_lines), "notes": list(self.notes),
             "unknowns": list(self.unknowns), "hbm_share": self.hbm_share,
             "latency_share": self.latency_share, "shared_slowdown": self.shared_slowdown,
@@ -857,15 +865,40 @@ def _unknowns(spec, has_expert: bool, hbm: float | None) -> tuple[str, ...]:
     return tuple(out)
 
 
-def _extra_communicators(layout) -> int:
+def _extra_kinds(layout) -> list[str]:
     """The all-gather communicators the layout has, or turning the flag on would add
-    (an expert one only from megatron-core 0.18)."""
-    extra = sum(1 for k in layout.kinds if k.endswith("_ag"))
-    if extra:
-        return extra
+    (an expert one only from megatron-core 0.18, with expert parallelism)."""
+    have = [k for k in layout.kinds if k.endswith("_ag")]
+    if have:
+        return have
     profile = getattr(layout, "profile", None)
-    expert = profile is None or bool(profile.expert_all_gather)
-    return 1 + int(expert and int(getattr(layout.config, "expert_model_parallel_size", 1)) > 1)
+    expert = (profile is None or bool(profile.expert_all_gather)) and \
+        int(getattr(layout.config, "expert_model_parallel_size", 1)) > 1
+    return ["dp_cp_ag"] + (["ep_dp_ag"] if expert else [])
+
+
+def _memories(layout, spec, crow: Sequence[CollRow], combo, pr: _Pricer, nccl: str,
+              given_mb: float | None, inputs: CommMemoryInputs | None
+              ) -> tuple[tuple[tuple[str, float], ...], tuple[str, ...]]:
+    """Per extra communicator: its memory (NCCL's allocations for the algorithms it runs,
+    on its group's graph) and how it was computed."""
+    out, lines = [], []
+    protocols = ("simple", "ll", "ll128") if spec.node.arch else ("simple",)
+    for kind in _extra_kinds(layout):
+        if given_mb is not None:
+            out.append((kind, float(given_mb)))
+            lines.append(f"{kind}: {given_mb:g} MB (given)")
+            continue
+        lab = "exp_ag" if kind.startswith("ep_") else "dense_ag"
+        rows = [c for c in crow if c.what == _ROLE_NAMES[lab]] if lab in pr.info else []
+        algos = tuple(dict.fromkeys(c.pick.split("/")[0] for c in rows))
+        shape = pr.price(lab, combo[lab], "ag", rows[0].size_bytes)[1] if rows else None
+        mem = comm_memory(inputs or CommMemoryInputs(algos=algos, protocols=protocols),
+                          nvls_capable=spec.scale_up.nvls, nccl=nccl, shape=shape)
+        out.append((kind, mem.total_mb))
+        use = f"runs {', '.join(algos)}" if algos else "no traffic here: init structures only"
+        lines.append(f"{kind} ({use}): " + "; ".join(mem.lines()))
+    return tuple(out), tuple(lines)
 
 
 def _check_inputs(cfg, schedule: str, grad_scale: float, bytes_per_param: float,
@@ -970,17 +1003,8 @@ def simulate(layout, placement: Placement, *, stages: Sequence[StageWork],
     keep = pr.keep_fn(w_combo)
     slowdown = max((1.0 / max(keep(lab, frozenset(pr.info)), 1e-12) for lab in pr.info),
                    default=1.0)
-    # ---- memory of the extra communicators
-    ag_algos = tuple(dict.fromkeys(c.pick.split("/")[0] for c in crow
-                                   if c.what == "dense all-gather")) or ("ring",)
-    ag_shape = None
-    if "dense_ag" in pr.info:
-        ag_shape = pr.price("dense_ag", w_combo["dense_ag"], "ag",
-                            next(c.size_bytes for c in crow if c.what == "dense all-gather"))[1]
-    memory = comm_memory(memory_inputs or CommMemoryInputs(
-        algos=ag_algos, protocols=("simple", "ll", "ll128") if spec.node.arch else
-        ("simple",)), nvls_capable=spec.scale_up.nvls, nccl=nccl, shape=ag_shape)
-    per_comm = memory.total_mb if comm_memory_mb is None else float(comm_memory_mb)
+    memories, mem_lines = _memories(layout, spec, crow, w_combo, pr, nccl, comm_memory_mb,
+                                    memory_inputs)
     hbm = None
     if spec.node.hbm_gb_per_s and crow:
         wire = max(c.size_bytes / max(c.alone_s, 1e-12) for c in crow)
@@ -992,10 +1016,8 @@ def simulate(layout, placement: Placement, *, stages: Sequence[StageWork],
     return OverlapReport(
         schedule=schedule, nccl=nccl, compute_how=how, groups=dict(jg.kind), stages=rows,
         worst_stage=worst, collectives=crow, scenarios=scenarios,
-        extra_communicators=_extra_communicators(layout), comm_memory_mb=per_comm,
-        cost_classes=sum(len(v) for v in combos.values()),
-        memory_lines=tuple(memory.lines()) if comm_memory_mb is None else
-        (f"{per_comm:g} MB per communicator (given)",),
+        comm_memories=memories, cost_classes=sum(len(v) for v in combos.values()),
+        memory_lines=mem_lines,
         notes=tuple(notes), unknowns=_unknowns(spec, "exp_rs" in jg.kind, hbm), hbm_share=hbm,
         latency_share=latency_share, shared_slowdown=slowdown,
         ag_used=schedule == "fsdp", has_traffic=bool(crow))
