@@ -209,6 +209,26 @@ def test_simulate_uneven_stages_and_help_examples():
     assert "Examples:" in help_text and "--model-config deepseek_v3.json" in help_text
 
 
+def test_simulate_help_examples_run(tmp_path):
+    import shlex
+    text = invoke("simulate", "--help").stdout.split("Examples:")[1].split("Options:")[0]
+    commands = [" ".join(c.split()) for c in text.replace("\\\n", " ").split("simharness ")
+                if c.strip()]
+    assert len(commands) == 3
+    dsv3 = tmp_path / "deepseek_v3.json"
+    dsv3.write_text(json.dumps({
+        "hidden_size": 7168, "intermediate_size": 18432, "num_hidden_layers": 61,
+        "vocab_size": 129280, "num_attention_heads": 128, "n_routed_experts": 256,
+        "moe_intermediate_size": 2048, "num_experts_per_tok": 8, "n_shared_experts": 1,
+        "first_k_dense_replace": 3, "q_lora_rank": 1536, "kv_lora_rank": 512,
+        "qk_nope_head_dim": 128, "qk_rope_head_dim": 64, "v_head_dim": 128}))
+    for command in commands:
+        args = [str(dsv3) if a == "deepseek_v3.json" else a for a in shlex.split(command)]
+        r = invoke(*args, "-q")
+        assert r.exit_code == 0, (command, r.output)
+        assert "verdict:" in r.stdout
+
+
 def test_byte_sizes():
     from simharness._cli.topology import ByteSize
 

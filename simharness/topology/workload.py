@@ -545,11 +545,12 @@ def stage_work(model: ModelSpec, split: tuple[tuple[range, ...], ...], *, tp: in
                 slots.append(Slot(f"layer {i}", c, dense * bytes_per_param / tp,
                                   expert * bytes_per_param / (ep * etp),
                                   toks * model.layer_flops_per_token(i, seq) / tp))
-        if s == pp - 1 and model.vocab_size and (
-                model.untie_embeddings_and_output_weights or pp > 1):
+        if s == pp - 1 and model.vocab_size:
+            # its own weight unless tied to the embedding on the same stage
+            own = model.untie_embeddings_and_output_weights or pp > 1
             slots.append(Slot("output layer", len(chunks) - 1,
-                              model.embedding_params() * bytes_per_param / tp, 0.0,
-                              toks * 2.0 * model.embedding_params() / tp))
+                              model.embedding_params() * bytes_per_param / tp if own else 0.0,
+                              0.0, toks * 2.0 * model.embedding_params() / tp))
         out.append(StageWork(s, chunks, tuple(slots)))
     return tuple(out)
 
