@@ -12,6 +12,7 @@ within target (goal >= 90 %), how many the model predicts too fast, and the medi
 of predicted / measured speed (goal 0.92-1.08; speed = busbw, or 1 / time).
 ``--nccl`` prices every point with one release instead of the point's own.
 ``--sweep`` adds NCCL's pick and busbw over 1 KB .. 8 GB for a few groups.
+``--memory`` adds the published communicator-memory reports (nccl_memory.toml).
 """
 
 from __future__ import annotations
@@ -27,7 +28,9 @@ from simharness.topology import load_cluster  # noqa: E402
 from simharness.topology.calibration import (  # noqa: E402
     DEFAULT_PATH,
     evaluate,
+    evaluate_memory,
     format_table,
+    load_memory_reports,
     load_points,
 )
 from simharness.topology.cost import predict  # noqa: E402
@@ -43,6 +46,8 @@ def main(argv=None) -> int:
     ap.add_argument("file", nargs="?", default=str(DEFAULT_PATH))
     ap.add_argument("--heldout", action="store_true", help="only held-out points")
     ap.add_argument("--sweep", action="store_true", help="also print NCCL's pick over sizes")
+    ap.add_argument("--memory", action="store_true",
+                    help="also compare communicator memory with published reports")
     ap.add_argument("--nccl", default=None, help="price every point with this release "
                     "(2.23 or 2.28) instead of the point's own")
     args = ap.parse_args(argv)
@@ -68,6 +73,13 @@ def main(argv=None) -> int:
         for r in held:
             if not r.within_target:
                 print(f"  miss {r.point.id}: {r.point.known_miss or 'NOT EXPLAINED'}")
+    if args.memory:
+        print("\ncommunicator memory (MB per GPU) vs published reports:")
+        for rep in load_memory_reports():
+            mb, how = evaluate_memory(rep)
+            print(f"  {rep.id:28s} {rep.split:7s} measured {rep.measured_mb:7.0f}  model "
+                  f"{mb:7.0f}  ratio {mb / rep.measured_mb:5.2f}  ({rep.source})")
+            print("      " + "; ".join(how))
     if args.sweep:
         sizes = [1 << k for k in range(10, 34, 3)]
         print("\nNCCL's pick and busbw (GB/s) over sizes:")

@@ -198,3 +198,57 @@ def _size(b: float) -> str:
             v = b / div
             return f"{v:g}{unit}" if v == math.floor(v) else f"{v:.1f}{unit}"
     return f"{b:g}"
+
+
+MEMORY_PATH = topology_dir() / "calibration" / "nccl_memory.toml"
+
+
+@dataclass(frozen=True)
+class MemoryReport:
+    """One published report of a communicator's GPU memory (``nccl_memory.toml``)."""
+
+    id: str
+    source: str
+    topology: str
+    nodes: int
+    ranks_per_node: int
+    algos: tuple[str, ...]
+    eager: bool
+    measured_mb: float
+    split: str
+    note: str = ""
+
+
+def load_memory_reports(path: str | Path = MEMORY_PATH) -> list[MemoryReport]:
+    """Every ``[[report]]`` of a memory-report file."""
+    path = Path(path)
+    try:
+        data = tomllib.loads(path.read_text())
+    except (OSError, tomllib.TOMLDecodeError) as exc:
+        raise TopologyError(f"{path}: cannot read memory reports: {exc}") from None
+    out = []
+    for i, raw in enumerate(data.get("report", [])):
+        try:
+            out.append(MemoryReport(
+                id=raw["id"], source=raw["source"], topology=raw["topology"],
+                nodes=int(raw["nodes"]), ranks_per_node=int(raw["ranks_per_node"]),
+                algos=tuple(raw["algos"]), eager=bool(raw.get("eager", False)),
+                measured_mb=float(raw["measured_mb"]), split=raw["split"],
+                note=raw.get("note", "")))
+        except (KeyError, TypeError, ValueError) as exc:
+            raise TopologyError(f"{path} report #{i + 1}: bad or missing field: {exc}") from None
+    return out
+
+
+def evaluate_memory(report: MemoryReport) -> tuple[float, list[str]]:
+    """The model's MB for one report and how it got there."""
+    from .comm_memory import CommMemoryInputs, comm_memory
+    from .cost import build_rings, shape_of
+
+    cluster = load_cluster(report.topology, report.nodes)
+    dev = [n * cluster.gpus_per_node + i for n in range(report.nodes)
+           for i in range(report.ranks_per_node)]
+    shape = shape_of(cluster, build_rings(cluster, [dev]), 0)
+    m = comm_memory(CommMemoryInputs(algos=report.algos, lazy_connect=not report.eager),
+                    all_algos=report.algos, shape=shape)
+    return m.total_mb, m.lines()
