@@ -7,7 +7,12 @@ One row per point of topologies/calibration/nccl_calibration.toml (or FILE, e.g.
 (predicted / measured), NCCL's pick, and whether it is within the issue-8
 target (busbw +-15 %, time 1.5x). The summary is over held-out points only
 (points that set no constant); fit points are shown for completeness.
+``--heldout`` prints only the held-out points and the issue-15 figures: the share
+within target (goal >= 90 %), how many the model predicts too fast, and the median
+of predicted / measured speed (goal 0.92-1.08; speed = busbw, or 1 / time).
+``--nccl`` prices every point with one release instead of the point's own.
 ``--sweep`` adds NCCL's pick and busbw over 1 KB .. 8 GB for a few groups.
+``--memory`` adds the published communicator-memory reports (nccl_memory.toml).
 """
 
 from __future__ import annotations
@@ -23,7 +28,9 @@ from simharness.topology import load_cluster  # noqa: E402
 from simharness.topology.calibration import (  # noqa: E402
     DEFAULT_PATH,
     evaluate,
+    evaluate_memory,
     format_table,
+    load_memory_reports,
     load_points,
 )
 from simharness.topology.cost import predict  # noqa: E402
@@ -39,22 +46,40 @@ def main(argv=None) -> int:
     ap.add_argument("file", nargs="?", default=str(DEFAULT_PATH))
     ap.add_argument("--heldout", action="store_true", help="only held-out points")
     ap.add_argument("--sweep", action="store_true", help="also print NCCL's pick over sizes")
+    ap.add_argument("--memory", action="store_true",
+                    help="also compare communicator memory with published reports")
+    ap.add_argument("--nccl", default=None, help="price every point with this release "
+                    "(2.23 or 2.28) instead of the point's own")
     args = ap.parse_args(argv)
     points = load_points(args.file)
     if args.heldout:
         points = [p for p in points if p.split == "heldout"]
-    results = [evaluate(p) for p in points]
+    results = [evaluate(p, args.nccl) for p in points]
     print(f"calibration: {args.file}")
     print(format_table(results))
     held = [r for r in results if r.point.split != "fit"]
     if held:
         ok = sum(r.within_target for r in held)
-        ratios = [r.ratio for r in held]
-        print(f"\nheld-out: {ok} of {len(held)} within target; ratio median "
-              f"{statistics.median(ratios):.2f}, min {min(ratios):.2f}, max {max(ratios):.2f}")
+        speeds = [r.speed_ratio for r in held]
+        fast = sum(v > 1.0 for v in speeds)
+        med = statistics.median(speeds)
+        print(f"\nheld-out: {ok} of {len(held)} within target ({ok / len(held):.0%}; goal >= 90 %)"
+              f"; too fast on {fast} of {len(held)}; median predicted/measured speed "
+              f"{med:.2f} (goal 0.92-1.08), min {min(speeds):.2f}, max {max(speeds):.2f}")
+        sizes = [r.point.size for r in held]
+        mid = [r for r in held if (1 << 20) <= r.point.size <= (256 << 20)]
+        print(f"held-out sizes {min(sizes):.0f} B .. {max(sizes):.0f} B; {len(mid)} between "
+              "1 MB and 256 MB (the mid-size ramp)")
         for r in held:
             if not r.within_target:
                 print(f"  miss {r.point.id}: {r.point.known_miss or 'NOT EXPLAINED'}")
+    if args.memory:
+        print("\ncommunicator memory (MB per GPU) vs published reports:")
+        for rep in load_memory_reports():
+            mb, how = evaluate_memory(rep)
+            print(f"  {rep.id:28s} {rep.split:7s} measured {rep.measured_mb:7.0f}  model "
+                  f"{mb:7.0f}  ratio {mb / rep.measured_mb:5.2f}  ({rep.source})")
+            print("      " + "; ".join(how))
     if args.sweep:
         sizes = [1 << k for k in range(10, 34, 3)]
         print("\nNCCL's pick and busbw (GB/s) over sizes:")

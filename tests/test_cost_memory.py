@@ -43,3 +43,15 @@ def test_lazy_connection_and_split_sharing_shrink_it():
 def test_bad_inputs(kw, words):
     with pytest.raises(TopologyError, match=words):
         CommMemoryInputs(**kw)
+
+
+def test_published_memory_reports_load_and_keep_their_order():
+    """nccl_memory.toml: held-out reports only; a group of 4 costs more than a group of 2
+    (NVIDIA/nccl#964: 688 vs 544 MB) because its tree chain is longer."""
+    from simharness.topology.calibration import evaluate_memory, load_memory_reports
+
+    reports = {r.id: r for r in load_memory_reports()}
+    assert reports and all(r.split == "heldout" for r in reports.values())
+    two, _ = evaluate_memory(reports["a100x4-nvlink-2gpu-group"])
+    four, lines = evaluate_memory(reports["a100x4-nvlink-4gpu-group"])
+    assert 0 < two < four and any(line.startswith("tree:") for line in lines)

@@ -30,13 +30,14 @@ else:  # Python 3.10: the tomli backport, a dependency there
 from .cost import predict
 from .errors import TopologyError
 from .loader import load_cluster, topology_dir
+from .nccl_model import DEFAULT_NCCL, LAUNCH_MODES, bus_factor, launch_overhead_us
 
 DEFAULT_PATH = topology_dir() / "calibration" / "nccl_calibration.toml"
 BW_TOLERANCE = 0.15   # issue 8: +-15 % on bandwidth
 TIME_FACTOR = 1.5     # issue 8: within 1.5x on latency
 _FIELDS = {"id", "source", "note", "nccl", "gpu", "collective", "algo", "size", "topology",
            "nodes", "ranks_per_node", "node_list", "busbw", "time_us", "split", "used_for",
-           "known_miss", "measured_by"}
+           "known_miss", "measured_by", "launch"}
 
 
 @dataclass(frozen=True)
@@ -58,6 +59,12 @@ class CalPoint:
     note: str = ""
     used_for: str = ""
     known_miss: str = ""
+    launch: str = ""  # per-gpu (one process per GPU), single (-g N), "" not stated
+
+    @property
+    def launch_mode(self) -> str:
+        """The launch mode priced: as stated, else one process per GPU (torchrun's)."""
+        return self.launch or "per-gpu"
 
     @property
     def metric(self) -> str:
@@ -88,6 +95,11 @@ class CalResult:
         return self.predicted / self.point.measured
 
     @property
+    def speed_ratio(self) -> float:
+        """predicted / measured speed: busbw ratio, or measured time / predicted time."""
+        return self.ratio if self.point.metric == "busbw" else 1.0 / self.ratio
+
+    @property
     def within_target(self) -> bool:
         if self.point.metric == "busbw":
             return abs(self.ratio - 1.0) <= BW_TOLERANCE
@@ -111,6 +123,9 @@ def _point(raw: dict, where: str) -> CalPoint:
     if raw["split"] not in ("fit", "heldout", "measured"):
         raise TopologyError(f"{where} ({raw['id']}): split must be fit, heldout or measured, "
                             f"got {raw['split']!r}")
+    if raw.get("launch", "") not in ("", *LAUNCH_MODES):
+        raise TopologyError(f"{where} ({raw['id']}): launch must be per-gpu or single, got "
+                            f"{raw['launch']!r}")
     nl = raw.get("node_list")
     return CalPoint(
         id=raw["id"], source=raw["source"], collective=raw["collective"],
@@ -119,7 +134,8 @@ def _point(raw: dict, where: str) -> CalPoint:
         busbw=raw.get("busbw"), time_us=raw.get("time_us"),
         node_list=tuple(int(x) for x in nl) if nl is not None else None,
         nccl=raw.get("nccl", ""), gpu=raw.get("gpu", ""), note=raw.get("note", ""),
-        used_for=raw.get("used_for", ""), known_miss=raw.get("known_miss", ""))
+        used_for=raw.get("used_for", ""), known_miss=raw.get("known_miss", ""),
+        launch=raw.get("launch", ""))
 
 
 def load_points(path: str | Path = DEFAULT_PATH) -> list[CalPoint]:
@@ -132,20 +148,39 @@ def load_points(path: str | Path = DEFAULT_PATH) -> list[CalPoint]:
     return [_point(raw, f"{path} point #{i + 1}") for i, raw in enumerate(data.get("point", []))]
 
 
-def evaluate(point: CalPoint) -> CalResult:
-    """The model's prediction for one point (same metric as the measurement)."""
+def evaluate(point: CalPoint, nccl: str | None = None) -> CalResult:
+    """The model's prediction for one point (same metric as the measurement).
+
+    The NCCL release is the point's own (:func:`_version`) unless ``nccl`` is given;
+    a single-process run (``launch = "single"``) pays its serial kernel launches.
+    """
     cluster = load_cluster(point.topology, point.nodes)
     dev = point.devices(cluster.gpus_per_node)
     algo = None if point.algo == "default" else point.algo
-    est = predict(cluster, dev, point.collective, point.size, algo=algo)
-    value = est.busbw_gb_per_s if point.metric == "busbw" else est.time_us
+    est = predict(cluster, dev, point.collective, point.size, algo=algo,
+                  nccl=nccl or _version(point))
+    time_us = est.time_us + launch_overhead_us(point.launch_mode, point.ranks_per_node)
+    if point.metric == "busbw":
+        value = point.size / (time_us * 1e3) * bus_factor(point.collective, len(dev))
+    else:
+        value = time_us
     return CalResult(point, float(value), est.pick)
+
+
+def _version(point: CalPoint) -> str:
+    """The modelled NCCL release nearest the point's: 2.23 for <= 2.23.x, else 2.28."""
+    try:
+        major, minor = (int(x) for x in point.nccl.split(".")[:2])
+    except ValueError:
+        return DEFAULT_NCCL
+    return "2.23" if (major, minor) <= (2, 23) else "2.28"
 
 
 def format_table(results: list[CalResult]) -> str:
     """The calibration table, one row per point, ratio = predicted / measured."""
     head = (f"{'id':28s} {'split':7s} {'coll':10s} {'size':>7s} {'gpus':>4s} {'gpu':9s} "
-            f"{'metric':7s} {'measured':>9s} {'model':>9s} {'ratio':>6s} {'pick':16s} status")
+            f"{'metric':7s} {'measured':>9s} {'model':>9s} {'ratio':>6s} {'speed':>6s} "
+            f"{'pick':16s} status")
     lines = [head]
     for r in results:
         p = r.point
@@ -153,7 +188,7 @@ def format_table(results: list[CalResult]) -> str:
         lines.append(f"{p.id:28s} {p.split:7s} {p.collective:10s} {_size(p.size):>7s} "
                      f"{len(p.devices(1)):>4d} "
                      f"{p.gpu[:9]:9s} {p.metric:7s} {p.measured:9.2f} {r.predicted:9.2f} "
-                     f"{r.ratio:6.2f} {r.pick:16s} {status}")
+                     f"{r.ratio:6.2f} {r.speed_ratio:6.2f} {r.pick:16s} {status}")
     return "\n".join(lines)
 
 
@@ -163,3 +198,57 @@ def _size(b: float) -> str:
             v = b / div
             return f"{v:g}{unit}" if v == math.floor(v) else f"{v:.1f}{unit}"
     return f"{b:g}"
+
+
+MEMORY_PATH = topology_dir() / "calibration" / "nccl_memory.toml"
+
+
+@dataclass(frozen=True)
+class MemoryReport:
+    """One published report of a communicator's GPU memory (``nccl_memory.toml``)."""
+
+    id: str
+    source: str
+    topology: str
+    nodes: int
+    ranks_per_node: int
+    algos: tuple[str, ...]
+    eager: bool
+    measured_mb: float
+    split: str
+    note: str = ""
+
+
+def load_memory_reports(path: str | Path = MEMORY_PATH) -> list[MemoryReport]:
+    """Every ``[[report]]`` of a memory-report file."""
+    path = Path(path)
+    try:
+        data = tomllib.loads(path.read_text())
+    except (OSError, tomllib.TOMLDecodeError) as exc:
+        raise TopologyError(f"{path}: cannot read memory reports: {exc}") from None
+    out = []
+    for i, raw in enumerate(data.get("report", [])):
+        try:
+            out.append(MemoryReport(
+                id=raw["id"], source=raw["source"], topology=raw["topology"],
+                nodes=int(raw["nodes"]), ranks_per_node=int(raw["ranks_per_node"]),
+                algos=tuple(raw["algos"]), eager=bool(raw.get("eager", False)),
+                measured_mb=float(raw["measured_mb"]), split=raw["split"],
+                note=raw.get("note", "")))
+        except (KeyError, TypeError, ValueError) as exc:
+            raise TopologyError(f"{path} report #{i + 1}: bad or missing field: {exc}") from None
+    return out
+
+
+def evaluate_memory(report: MemoryReport) -> tuple[float, list[str]]:
+    """The model's MB for one report and how it got there."""
+    from .comm_memory import CommMemoryInputs, comm_memory
+    from .cost import build_rings, shape_of
+
+    cluster = load_cluster(report.topology, report.nodes)
+    dev = [n * cluster.gpus_per_node + i for n in range(report.nodes)
+           for i in range(report.ranks_per_node)]
+    shape = shape_of(cluster, build_rings(cluster, [dev]), 0)
+    m = comm_memory(CommMemoryInputs(algos=report.algos, lazy_connect=not report.eager),
+                    all_algos=report.algos, shape=shape)
+    return m.total_mb, m.lines()

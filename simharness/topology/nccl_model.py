@@ -585,10 +585,79 @@ def choose(shape: GroupShape, collective: str, size_bytes: float, *, algo: str |
     return options[0]
 
 
+NCCL_STEPS = 8                       # device.h:24
+SIMPLE_STEP_BYTES = 4 * 2**20 // NCCL_STEPS   # DEFAULT_BUFFSIZE / NCCL_STEPS = 512 KiB
+NVLS_CHUNK_BYTES = 128 * 1024        # NCCL_NVLS_CHUNKSIZE default (nvls.cc:152)
+# One kernel launch from the CPU thread, us: NVIDIA/nccl#1984 measures a 1 KB ring
+# all-reduce at 3.5 us launched back to back and 0.5 us inside a CUDA graph (no launch);
+# the difference sets it (that point is marked `fit` in the calibration data).
+LAUNCH_US = 3.0
+LAUNCH_MODES = ("per-gpu", "single")
+
+
+def launch_overhead_us(mode: str, gpus_per_process: int) -> float:
+    """Extra time when one process drives several GPUs (nccl-tests ``-g N``), us.
+
+    One thread launches the N kernels of a group one after the other, so the
+    last GPU joins ``(N - 1) x LAUNCH_US`` late and the collective waits for it.
+    One process per GPU (``-g 1``, torchrun) launches in parallel: 0.
+
+    >>> launch_overhead_us("single", 8), launch_overhead_us("per-gpu", 8)
+    (21.0, 0.0)
+    """
+    if mode not in LAUNCH_MODES:
+        raise TopologyError(f"unknown launch mode {mode!r}; expected per-gpu (one process per "
+                            "GPU) or single (one process drives all local GPUs, -g N)")
+    return (gpus_per_process - 1) * LAUNCH_US if mode == "single" else 0.0
+
+
+def _nvls_chunk(size_bytes: float, ctas: int, heads: int, tree: bool, nodes: int) -> float:
+    """NVLS / NVLSTree chunk size (enqueue.cc:2036-2057, 2.28)."""
+    ops = max(1, ctas * heads)
+    c = NVLS_CHUNK_BYTES
+    if tree:
+        if nodes >= 4:
+            c = min(c, 65536)
+        for factor, cap in ((32, 262144), (16, 131072), (4, 65536), (1, 32768)):
+            if size_bytes < factor * ops * c and c > cap:
+                c = cap
+        return c
+    for factor, cap in ((64, 65536), (8, 32768), (2, 16384)):
+        if size_bytes < factor * ops * c and c > cap:
+            c = cap
+    return c
+
+
 def pipeline_fill_us(collective: str, algo: str, proto: str, size_bytes: float,
                      s: GroupShape, g: CommGraphs, algbw: float, ctas: int) -> float:
-    """Time the protocol pipeline adds to ``lat + size / bw`` (us); see the module notes."""
-    return 0.0
+    """Time the protocol pipeline adds to NCCL's ``lat + size / bw`` (us), no fitted term.
+
+    A channel moves its share in chunks (``calcCollChunking``, enqueue.cc:2004-2066);
+    where a chunk passes through several stages one after the other, the first
+    chunk fills the pipeline before the channel streams: ``(stages - 1)`` chunk
+    times, one chunk time being ``chunk / (algbw / channels)``. Stages: NVLS 2
+    (multicast reduce, then multicast store), NVLSTree 2 + 2 log2(nodes) (the
+    tree up and down), PAT log2(n). A ring has no fill: every rank sends from
+    the first step on and NCCL's per-step latency already counts the steps;
+    Tree's mid-size shortfall is NCCL's own ``treeCorrectionFactor``.
+    """
+    if size_bytes <= 0 or algbw <= 0 or ctas <= 0:
+        return 0.0
+    if algo == "nvls" or algo == "nvls_tree":
+        heads = g.nvls.n_channels if g.nvls is not None else 1
+        chunk = _nvls_chunk(size_bytes, ctas, heads, algo == "nvls_tree", s.n_nodes)
+        stages = 2 if algo == "nvls" else 2 + 2 * _log2i(s.n_nodes)
+    elif algo == "pat":
+        chunk = SIMPLE_STEP_BYTES
+        times = 32 if collective == "all_gather" else 16
+        while chunk * ctas * times > size_bytes and chunk > 65536:
+            chunk //= 2
+        stages = max(1, _log2i(s.n_ranks))
+    else:
+        return 0.0
+    chunk = min(chunk, size_bytes / ctas)
+    per_channel = algbw * 1e3 / ctas          # bytes per us
+    return (stages - 1) * chunk / per_channel
 
 
 def debug_lines(shape: GroupShape, collective: str, *, nccl: str = DEFAULT_NCCL) -> list[str]:
