@@ -143,3 +143,17 @@ def test_memory_figures_from_the_source():
     assert nvls.parts["nvls"] == (16 * 2 * 8 + 2) * mib   # 16 channels x 2 x 1 MiB x 8 heads
     # the issue's rough figures: ~500, ~350, ~600 MB
     assert 420 < one.total_mb < 520 and 300 < multi.total_mb < 380 and 560 < pat.total_mb < 660
+
+
+def test_explain_lines_read_like_nccl_debug():
+    """GRAPH lines in ncclTopoPrintGraph's words, the channel line of init.cc, and the
+    TUNING table in tuning.cc's layout (blocks of three algorithms, lat/bw per protocol)."""
+    from simharness.topology.nccl_model import debug_lines
+
+    lines = debug_lines(_shape("dgx-h100", 1, range(8)), "all_reduce")
+    assert ("NCCL INFO Pattern 4, crossNic 0, nChannels 12, bw 30.000000/30.000000, type "
+            "NVL/PIX, sameChannels 1") in lines
+    assert "NCCL INFO 24 coll channels, 24 collnet channels, 16 nvls channels" in lines
+    rows = [line for line in lines if line.startswith("NCCL INFO     AllReduce |")]
+    assert len(rows) == 3 and rows[0].count("/") == 9
+    assert "    25.0/ 272.0 |" in rows[1]          # NVLS Simple, second block
