@@ -143,3 +143,51 @@ def test_memory_figures_from_the_source():
     assert nvls.parts["nvls"] == (16 * 2 * 8 + 2) * mib   # 16 channels x 2 x 1 MiB x 8 heads
     # the issue's rough figures: ~500, ~350, ~600 MB
     assert 420 < one.total_mb < 520 and 300 < multi.total_mb < 380 and 560 < pat.total_mb < 660
+
+
+def test_explain_lines_read_like_nccl_debug():
+    """GRAPH lines in ncclTopoPrintGraph's words, the channel line of init.cc, and the
+    TUNING table in tuning.cc's layout (blocks of three algorithms, lat/bw per protocol)."""
+    from simharness.topology.nccl_model import debug_lines
+
+    lines = debug_lines(_shape("dgx-h100", 1, range(8)), "all_reduce")
+    assert ("NCCL INFO Pattern 4, crossNic 0, nChannels 12, bw 30.000000/30.000000, type "
+            "NVL/PIX, sameChannels 1") in lines
+    assert "NCCL INFO 24 coll channels, 24 collnet channels, 16 nvls channels" in lines
+    rows = [line for line in lines if line.startswith("NCCL INFO     AllReduce |")]
+    assert len(rows) == 3 and rows[0].count("/") == 9
+    assert "    25.0/ 272.0 |" in rows[1]          # NVLS Simple, second block
+
+
+def test_topology_cost_columns_are_nccl_tests_and_reach_8gb():
+    """Issue 16: algbw is nccl-tests' size / time, busbw = algbw x bus factor, and the
+    default sizes reach the 8 GB the help promises; --nccl picks the release."""
+    import json
+
+    r = CliRunner().invoke(main, ["topology", "cost", "dgx-h100", "-f", "json", "--nccl",
+                                  "2.23"], prog_name="simharness")
+    assert r.exit_code == 0, r.output
+    rows = json.loads(r.stdout)
+    assert rows[-1]["size"] == 8 * 2 ** 30 and {row["nccl"] for row in rows} == {"2.23"}
+    for row in rows:
+        assert row["algbw_gb_per_s"] == pytest.approx(row["size"] / (row["time_us"] * 1e3))
+        assert row["busbw_gb_per_s"] == pytest.approx(row["algbw_gb_per_s"] * 2 * 7 / 8)
+    table = CliRunner().invoke(main, ["topology", "cost", "dgx-h100", "-q"],
+                               prog_name="simharness").stdout
+    assert table.splitlines()[0].split()[:4] == ["size(B)", "time(us)", "algbw(GB/s)",
+                                                 "busbw(GB/s)"]
+
+
+def test_launch_mode_of_a_calibration_point():
+    from simharness.topology.calibration import _point
+    from simharness.topology.nccl_model import launch_overhead_us
+
+    assert launch_overhead_us("single", 8) == pytest.approx(21.0)
+    assert launch_overhead_us("per-gpu", 8) == 0.0
+    base = dict(id="x", source="s", collective="all_reduce", size=1024, topology="dgx-h100",
+                nodes=1, ranks_per_node=8, split="heldout", time_us=20.0)
+    assert _point(dict(base), "f").launch_mode == "per-gpu"
+    with pytest.raises(TopologyError, match="launch must be per-gpu or single, got 'mpi'"):
+        _point(dict(base, launch="mpi"), "f")
+    with pytest.raises(TopologyError, match="unknown launch mode 'g8'"):
+        launch_overhead_us("g8", 8)

@@ -171,14 +171,15 @@ class CommGraphs:
                 "collnet_direct": self.collnet_direct}[algo]
 
     def lines(self) -> list[str]:
-        """The GRAPH lines NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=GRAPH shows, then the counts."""
+        """What NCCL_DEBUG=INFO prints of the search: one line per graph in init order
+        (ring, tree, CollNet chain/direct, NVLS; ``ncclTopoPrintGraph``, search.cc:1177),
+        then the channel counts (init.cc:1313; the p2p counts are not modelled)."""
         out = []
-        for gid, g in ((0, self.ring), (1, self.tree), (2, self.collnet_chain), (3, self.nvls),
-                       (4, self.collnet_direct)):
+        for g in (self.ring, self.tree, self.collnet_chain, self.collnet_direct, self.nvls):
             if g is not None:
-                out.append(f"Search {gid} ({g.algo}): {g.line()}")
-        out.append(f"{self.n_channels} coll channels, {self.nvls_channels} nvls channels "
-                   f"(comm->nChannels after connect.cc)")
+                out.append(g.line())
+        out.append(f"{self.n_channels} coll channels, {self.n_channels} collnet channels, "
+                   f"{self.nvls_channels} nvls channels")
         out.extend(self.notes)
         return out
 

@@ -363,19 +363,6 @@ class Table:
         return sorted((self.estimate(a, p, size_bytes) for a, p in self.entries),
                       key=lambda e: e.nccl_time_us)
 
-    def lines(self) -> list[str]:
-        """The table as NCCL_DEBUG_SUBSYS=TUNING prints it: latency/bandwidth per proto."""
-        out = []
-        for algo in ALGOS:
-            cells = []
-            for proto in ("ll", "ll128", "simple"):
-                lat, bw = self.entries.get((algo, proto), (0.0, 0.0))
-                cells.append(f"{lat:8.1f}/{bw:6.1f}")
-            if any((algo, p) in self.entries for p in PROTOS):
-                out.append(f"{_NCCL_ALGO_NAMES[algo]:>13s} |" + " |".join(cells))
-        return out
-
-
 _NCCL_ALGO_NAMES = {"tree": "Tree", "ring": "Ring", "collnet_direct": "CollNetDirect",
                     "collnet_chain": "CollNetChain", "nvls": "NVLS", "nvls_tree": "NVLSTree",
                     "pat": "PAT"}
@@ -660,21 +647,64 @@ def pipeline_fill_us(collective: str, algo: str, proto: str, size_bytes: float,
     return (stages - 1) * chunk / per_channel
 
 
+_NCCL_FUNCS = (("AllGather", "all_gather"), ("ReduceScatter", "reduce_scatter"),
+               ("AllReduce", "all_reduce"))
+_NCCL_PROTO_NAMES = ("LL", "LL128", "Simple")
+
+
+def _max_threads(algo: str, proto: str, g: CommGraphs) -> int:
+    """comm->maxThreads as tuning.cc:231-243 sets it (PAT's is never set: 0)."""
+    if algo == "pat":
+        return 0
+    if algo in ("nvls", "nvls_tree", "collnet_direct", "collnet_chain"):
+        return 640 if proto == "simple" else 0
+    if algo == "ring" and proto == "simple" and g.ring.bw_intra * g.ring.n_channels <= 12.0:
+        return 256
+    return MAX_THREADS[proto]
+
+
+def tuning_lines(shape: GroupShape, *, nccl: str = DEFAULT_NCCL) -> list[str]:
+    """NCCL's TUNING table in its own layout (tuning.cc:499-538): blocks of three
+    algorithms, ``latency/bandwidth`` per protocol (0.0/0.0: not enabled) for the
+    all-gather, reduce-scatter and all-reduce rows (broadcast and reduce are not modelled).
+    """
+    tables = {coll: tune(shape, coll, nccl=nccl) for _, coll in _NCCL_FUNCS}
+    g = tables["all_reduce"].graphs
+    out = []
+    for block in range(3):
+        algos = ALGOS[3 * block:3 * block + 3]
+        out.append("  Algorithm   |" + "".join(f" {'':>14s}   {_NCCL_ALGO_NAMES[a]:>14s}   "
+                                              f"{'':>14s} |" for a in algos))
+        out.append("  Protocol    |" + "".join(f" {p:>14s} |" for _ in range(3)
+                                             for p in _NCCL_PROTO_NAMES))
+        if g is not None:
+            out.append(" Max NThreads |" + "".join(f" {_max_threads(a, p, g):14d} |"
+                                                  for a in algos for p in PROTOS))
+        for name, coll in _NCCL_FUNCS:
+            cells = []
+            for a in algos:
+                for p in PROTOS:
+                    lat, bw = tables[coll].entries.get((a, p), (0.0, 0.0))
+                    cells.append(f"{lat:8.1f}/{bw:6.1f} |")
+            out.append(f"{name:>13s} |" + "".join(cells))
+    return out
+
+
 def debug_lines(shape: GroupShape, collective: str, *, nccl: str = DEFAULT_NCCL) -> list[str]:
     """What ``NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=GRAPH,TUNING`` would show for this group.
 
     The graph search (per algorithm: pattern, crossNic, nChannels, bwIntra/bwInter,
-    path types), the communicator's channel counts, then NCCL's latency/bandwidth
-    table for ``collective`` (``lat/bw`` per protocol, as tuning.cc:499-538 prints it;
-    0/0 = disabled), so a user with a GPU can compare line by line.
+    path types, in NCCL's words), the communicator's channel counts, then NCCL's
+    latency/bandwidth table in its own layout, so a user with a GPU can compare line
+    by line; ``collective`` names the row the pick comes from.
     """
     table = tune(shape, collective, nccl=nccl)
     out = [f"NCCL {table.nccl} model for {shape.describe()}"]
     if table.graphs is None:
         out.append("no NCCL graph search (a single rank or a non-NCCL transport)")
         return out
+    out.append("graph search (ring, tree, [CollNet chain, CollNet direct,] NVLS):")
     out += [f"NCCL INFO {line}" for line in table.graphs.lines()]
-    out.append(f"NCCL INFO {table.collective:>13s} |       LL       |      LL128     "
-               f"|     Simple")
-    out += [f"NCCL INFO {line}" for line in table.lines()]
+    out.append(f"tuning table (the {table.collective} row prices the pick):")
+    out += [f"NCCL INFO {line}" for line in tuning_lines(shape, nccl=nccl)]
     return out
