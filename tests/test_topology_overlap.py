@@ -13,7 +13,7 @@ from simharness.topology.placement import place_layout
 from simharness.topology.workload import job_stages
 
 JOB = ("model_bytes", "layers", "model_fields", "model_config", "micro_batch_size",
-       "seq_length", "first", "last", "embedding", "loss")
+       "seq_length", "first", "last", "embedding", "loss", "expert_bytes")
 
 
 def run(world, topology, nodes, *, flag=True, mcore=None, **model):
@@ -190,6 +190,24 @@ def test_deepseek_v3_experts_on_expert_dp_and_uneven_stages():
     mem = dict(rep.comm_memories)
     assert set(mem) == {"dp_cp_ag", "ep_dp_ag"} and mem["dp_cp_ag"] != mem["ep_dp_ag"]
     assert rep.extra_memory_mb == pytest.approx(sum(mem.values()))
+
+
+def test_the_issue_s_deepseek_bytes_case():
+    """--pp 16 --ep 64 --model-bytes 1342GB --layers 61: every byte dense on dp_cp is refused;
+    with --expert-bytes the experts ride on ep_dp, and the split is uneven as asked."""
+    with pytest.raises(TopologyError, match="--ep 64 with --model-bytes: give --expert-bytes"):
+        run(2048, "dgx-h100-superpod", 256, pp=16, ep=64, model_bytes=1342e9, layers=61,
+            compute_ms=10.0)
+    rep = run(2048, "dgx-h100-superpod", 256, pp=16, ep=64, model_bytes=1342e9,
+              expert_bytes=1300e9, layers=61, compute_ms=10.0, first=2, last=3,
+              model_fields={"moe_first_dense_layers": 3})
+    assert [sum(s.layers) for s in rep.stages] == [2] + [4] * 14 + [3]
+    assert rep.stages[0].expert_bytes == 0.0           # layers 0-1 dense
+    per_moe = 1300e9 / 58 / 64
+    assert rep.stages[2].expert_bytes == pytest.approx(4 * per_moe)
+    assert rep.stages[2].dense_bytes == pytest.approx(4 * 42e9 / 61)
+    assert {c.group for c in rep.collectives if c.what.startswith("expert")} == {"ep_dp_ag",
+                                                                               "ep_dp"}
 
 
 def test_model_bytes_refused_or_split_as_megatron_does():
@@ -369,18 +387,19 @@ def test_no_data_parallelism_means_nothing_to_overlap():
 
 
 def test_memory_cost_of_the_extra_communicators():
-    moe = run(16, "dgx-h100-superpod", 2, ep=2, model_bytes=1e9, layers=4, compute_ms=1.0,
-              comm_memory_mb=544)
+    moe = run(16, "dgx-h100-superpod", 2, ep=2, model_bytes=1e9, expert_bytes=5e8, layers=4,
+              compute_ms=1.0, comm_memory_mb=544)
     assert (moe.extra_communicators, moe.extra_memory_mb) == (2, 1088.0)
     off = run(16, "dgx-h100-superpod", 2, flag=False, model_bytes=1e9, layers=4,
               compute_ms=1.0)
     assert off.groups["dense_ag"] == "dp_cp" and off.extra_communicators == 1
-    old = run(16, "dgx-h100-superpod", 2, ep=2, mcore="0.16", model_bytes=1e9, layers=4,
-              compute_ms=1.0)
+    old = run(16, "dgx-h100-superpod", 2, ep=2, mcore="0.16", model_bytes=1e9,
+              expert_bytes=5e8, layers=4, compute_ms=1.0)
     assert old.extra_communicators == 1  # no expert all-gather group before 0.18
     # expert parallelism without expert parameters: the expert AG communicator is created
     # but never used, so it holds NCCL's init structures only
-    idle = run(16, "dgx-h100-superpod", 2, ep=2, model_bytes=1e9, layers=4, compute_ms=1.0)
+    idle = run(16, "dgx-h100-superpod", 2, ep=2, model_bytes=1e9, expert_bytes=0.0, layers=4,
+               compute_ms=1.0)
     mem = dict(idle.comm_memories)
     assert mem["ep_dp_ag"] < mem["dp_cp_ag"]
     assert any(line.startswith("ep_dp_ag (no traffic here") for line in idle.memory_lines)

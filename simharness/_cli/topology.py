@@ -446,6 +446,9 @@ def with_model(f):
 @click.option("--model-bytes", type=ByteSize(), default=None,
               help="Parameter bytes of the whole model in the all-gather dtype, e.g. 140GB "
                    "(all dense, spread evenly over --layers).")
+@click.option("--expert-bytes", type=ByteSize(), default=None,
+              help="With --model-bytes: the routed experts' share, spread over the MoE layers "
+                   "and gathered over the expert-DP group (required with --ep > 1).")
 @click.option("--layers", type=click.IntRange(min=1), default=None,
               help="Transformer layers of the whole model (with --model-bytes; optional with "
                    "a description).")
@@ -503,7 +506,8 @@ def with_model(f):
 @click.option("--explain", is_flag=True, default=False,
               help="Print NCCL's algorithm/protocol table for each collective.")
 @output_options(formats=("table", "json"), show_all=False)
-def simulate_cmd(topology, hosts, first_device, model_bytes, layers, model_config, schedule,
+def simulate_cmd(topology, hosts, first_device, model_bytes, expert_bytes, layers, model_config,
+                 schedule,
                  opt_step, compute_ms, mfu, peak_tflops, micro_batch_size, seq_length,
                  bytes_per_param, first_layers, last_layers, acc_embedding, acc_loss,
                  grad_scale, rs_kind, ag_kind, nccl, comm_memory_mb, collnet, launch_queue,
@@ -516,7 +520,8 @@ def simulate_cmd(topology, hosts, first_device, model_bytes, layers, model_confi
                            model_fields=model_fields, model_config=model_config,
                            micro_batch_size=micro_batch_size, seq_length=seq_length,
                            bytes_per_param=bytes_per_param, first=first_layers,
-                           last=last_layers, embedding=acc_embedding, loss=acc_loss)
+                           last=last_layers, embedding=acc_embedding, loss=acc_loss,
+                           expert_bytes=expert_bytes)
     rep = simulate_report(layout, cluster, hosts=hosts_list, first_device=first_device,
                           stages=stages, schedule=schedule, compute_ms=compute_ms, mfu=mfu,
                           peak_tflops=peak_tflops, grad_scale=grad_scale,

@@ -556,13 +556,24 @@ def stage_work(model: ModelSpec, split: tuple[tuple[range, ...], ...], *, tp: in
 
 
 def bytes_work(model_bytes: float, num_layers: int, split: tuple[tuple[range, ...], ...], *,
-               tp: int) -> tuple[StageWork, ...]:
-    """Stages for a raw byte count: every layer holds ``model_bytes / num_layers``,
-    all dense (no FLOPs known)."""
-    per = model_bytes / (num_layers * tp)
-    return tuple(StageWork(s, chunks, tuple(Slot(f"layer {i}", c, per, 0.0, 0.0)
-                                            for c, layers in enumerate(chunks) for i in layers))
-                 for s, chunks in enumerate(split))
+               tp: int, expert_bytes: float = 0.0, ep: int = 1, etp: int = 1,
+               first_dense: int = 0) -> tuple[StageWork, ...]:
+    """Stages for raw byte counts (no FLOPs known): ``model_bytes`` in all, of which
+    ``expert_bytes`` are routed experts spread evenly over the MoE layers (all but the
+    first ``first_dense``), the rest dense and spread evenly over every layer.
+
+    >>> st = bytes_work(100.0, 4, pipeline_split(4, 2), tp=1, expert_bytes=60.0, ep=2,
+    ...                 first_dense=1)
+    >>> [(s.dense_bytes, s.expert_bytes) for s in st]
+    [(20.0, 10.0), (20.0, 20.0)]
+    """
+    dense = (model_bytes - expert_bytes) / (num_layers * tp)
+    moe_layers = num_layers - first_dense
+    expert = expert_bytes / (moe_layers * ep * etp) if expert_bytes else 0.0
+    return tuple(StageWork(s, chunks, tuple(
+        Slot(f"layer {i}", c, dense, expert if i >= first_dense else 0.0, 0.0)
+        for c, layers in enumerate(chunks) for i in layers))
+        for s, chunks in enumerate(split))
 
 
 MAX_MODEL_BYTES = 1e15  # 1 PB: far above any model; larger is a typo
@@ -604,6 +615,27 @@ def _check_bytes(model_bytes, layers, pp: int) -> None:
                             f"use --layers >= {pp}")
 
 
+def _check_expert_bytes(expert_bytes, model_bytes: float, ep: int, layers: int,
+                       first_dense: int) -> float:
+    """The routed experts' share of ``model_bytes``; with EP it must be given (an MoE
+    model's experts ride on the expert-DP group, not dp_cp)."""
+    if expert_bytes is None:
+        if ep > 1:
+            raise TopologyError(f"--ep {ep} with --model-bytes: give --expert-bytes (the routed "
+                                "experts' share of the bytes, e.g. about 1308GB of DeepSeek-V3's "
+                                "1342GB) or a model description, so expert parameters go on "
+                                "the expert-DP group instead of dp_cp")
+        return 0.0
+    if isinstance(expert_bytes, bool) or not isinstance(expert_bytes, (int, float)) or \
+            not math.isfinite(expert_bytes) or not 0 <= expert_bytes <= model_bytes:
+        raise TopologyError(f"--expert-bytes {expert_bytes!r} must be between 0 and "
+                            f"--model-bytes ({model_bytes:g})")
+    if first_dense >= layers and expert_bytes:
+        raise TopologyError(f"--moe-first-dense-layers {first_dense} leaves no MoE layer of "
+                            f"the {layers} for --expert-bytes")
+    return float(expert_bytes)
+
+
 def _described_model(given: dict[str, Any], model_config: str | None,
                      layers: int | None) -> ModelSpec:
     fields_ = model_fields_from_file(model_config) if model_config else {}
@@ -625,13 +657,16 @@ def job_stages(cfg, *, model_bytes: float | None = None, layers: int | None = No
                model_fields: dict[str, Any] | None = None, model_config: str | None = None,
                micro_batch_size: int | None = None, seq_length: int | None = None,
                bytes_per_param: float = 2.0, first: int | None = None, last: int | None = None,
-               embedding: bool | None = None, loss: bool | None = None
+               embedding: bool | None = None, loss: bool | None = None,
+               expert_bytes: float | None = None
                ) -> tuple[tuple[StageWork, ...], ModelSpec | None]:
     """The stages of the job described by ``cfg`` (a ParallelismConfig) and either
     ``model_bytes`` + ``layers`` or a model description (``model_fields`` and/or
     ``model_config``); pipeline options given here must agree with ``cfg``'s."""
     given = {k: v for k, v in (model_fields or {}).items() if v is not None}
-    described = bool(given) or model_config is not None
+    # --moe-first-dense-layers also shapes raw bytes (which layers hold expert bytes)
+    described = bool(set(given) - ({"moe_first_dense_layers"} if model_bytes is not None
+                                    else set())) or model_config is not None
     if (model_bytes is not None) == described:
         raise TopologyError("give --model-bytes or a model description (--model-config, "
                             "--hidden-size, ...), not both" if described else
@@ -644,22 +679,29 @@ def job_stages(cfg, *, model_bytes: float | None = None, layers: int | None = No
     pp = int(cfg.pipeline_model_parallel_size)
     vpp = cfg.virtual_pipeline_model_parallel_size
     tp = int(cfg.tensor_model_parallel_size)
+    ep = int(getattr(cfg, "expert_model_parallel_size", 1) or 1)
+    etp = int(getattr(cfg, "expert_tensor_parallel_size", None) or tp)
     if model_bytes is not None:
         _check_bytes(model_bytes, layers, pp)
         assert layers is not None
+        expert = _check_expert_bytes(expert_bytes, model_bytes, ep, layers,
+                                     given.get("moe_first_dense_layers") or 0)
         return bytes_work(float(model_bytes), layers, pipeline_split(layers, pp, vpp=vpp, **pipe),
-                          tp=tp), None
+                          tp=tp, expert_bytes=expert, ep=ep, etp=etp,
+                          first_dense=given.get("moe_first_dense_layers") or 0), None
+    if expert_bytes is not None:
+        raise TopologyError("--expert-bytes goes with --model-bytes; a model description "
+                            "gives the expert parameters itself")
     model = _described_model(given, model_config, layers)
     if model.num_layers < pp:
         raise TopologyError(f"the model's {model.num_layers} layers are fewer than the {pp} "
                             "pipeline stages")
-    ep = int(getattr(cfg, "expert_model_parallel_size", 1) or 1)
     if model.num_moe_experts and model.num_moe_experts % ep:
         raise TopologyError(f"num_moe_experts {model.num_moe_experts} is not divisible by --ep "
                             f"{ep}")
     tokens = micro_batch_size * seq_length if micro_batch_size and seq_length else None
     return stage_work(model, pipeline_split(model.num_layers, pp, vpp=vpp, **pipe), tp=tp,
                       cp=int(cfg.context_parallel_size), ep=ep,
-                      etp=int(getattr(cfg, "expert_tensor_parallel_size", None) or tp),
+                      etp=etp,
                       bytes_per_param=bytes_per_param, tokens=tokens,
                       seq_length=seq_length), model
