@@ -414,7 +414,8 @@ _MODEL_FLAGS = [
 _SIMULATE_HELP = """Step model of the data-parallel collectives: one communicator vs a separate
 all-gather communicator (create_all_gather_group), per pipeline stage.
 
-The model is --model-bytes with --layers, or a description (--model-config FILE, a
+The model is --model-bytes with --layers (--expert-bytes: the routed experts'
+share, required with --ep > 1), or a description (--model-config FILE, a
 Megatron YAML/JSON or Hugging Face config.json, and/or --hidden-size ...). Dense
 parameters go on dp_cp, expert parameters on the expert-DP group (ep_dp). Compute is
 --compute-ms (one layer's backward) or --mfu with --micro-batch-size and --seq-length
