@@ -32,6 +32,7 @@ from dataclasses import InitVar, dataclass, field, fields
 from typing import Any, TypeVar
 
 from .errors import LayoutError
+from .fieldtypes import FIELD_TYPES
 from .profiles import DEFAULT_MCORE, DEFAULT_ORDER, MCORE_PROFILES, megatron_kwargs
 from .rules import first_failure
 
@@ -47,6 +48,9 @@ GROUP_FIELDS = (
     "use_gloo_process_groups", "create_all_gather_group",
     "pipeline_model_parallel_comm_backend", "gtp_remat_size", "expert_gtp_remat_size",
 )
+
+# Fields whose value must be a real bool (see simharness.fieldtypes).
+BOOL_FIELDS = tuple(name for name, t in FIELD_TYPES.items() if t.kind == "bool")
 
 # Short flag names users know from Megatron's arguments.
 ALIASES = {
@@ -175,6 +179,13 @@ class ParallelismConfig:
                  self.encoder_tensor_model_parallel_size, minimum=0)
         _pos_int("encoder_pipeline_model_parallel_size",
                  self.encoder_pipeline_model_parallel_size, minimum=0)
+        for name in BOOL_FIELDS:
+            value = getattr(self, name)
+            if not isinstance(value, bool):
+                shown = f"the string {value!r}" if isinstance(value, str) else repr(value)
+                raise LayoutError(f"{name} must be True or False, got {shown}; pass a bool "
+                                  f"(a string such as 'false' would count as true).",
+                                  **{name: value})
         if not isinstance(self.order, str) or not self.order:
             raise LayoutError(f"order must be a string such as {DEFAULT_ORDER!r}, got "
                               f"{self.order!r}.", order=self.order)
