@@ -141,6 +141,9 @@ class SimharnessGroup(click.Group):
         except BrokenPipeError:
             _silence_stdout()
             sys.exit(0)
+        except UnicodeDecodeError as exc:  # a reader that missed its own check: still one line
+            _error(f"an input file is not UTF-8 text (byte {exc.start}: {exc.reason}); "
+                   f"pass the text file the option expects", 2)
         except OSError as exc:
             where = f"{exc.filename}: " if getattr(exc, "filename", None) else ""
             _error(f"{where}{exc.strerror or exc}", 2)

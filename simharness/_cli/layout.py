@@ -338,6 +338,11 @@ def _inspect_grid(layout: Layout, kind: str, gpn: int, fmt: str, quiet: bool,
     ok = idx.present
     crosses_rank[ok] = spans.n_nodes[idx.group[ok]] > 1
     head, tail = out.head_tail(n_nodes, show_all=show_all)
+    partial = world % gpn  # ranks on the last node (0: every node full)
+    note = (f"note: {world} ranks are not a multiple of {gpn} GPUs per node: node "
+            f"{n_nodes - 1} holds {partial} rank(s) and {gpn - partial} idle GPU(s); use a world "
+            f"of {world - partial or gpn} or {world - partial + gpn} ranks to fill whole nodes, or "
+            f"--gpus-per-node for another node size" if partial else None)
     if fmt == "json":
         def node_row(n):
             lo, hi = n * gpn, min(world, (n + 1) * gpn)
@@ -348,7 +353,8 @@ def _inspect_grid(layout: Layout, kind: str, gpn: int, fmt: str, quiet: bool,
             "kind": kind, "gpus_per_node": gpn, "nodes": n_nodes,
             "n_groups": int(spans.n_nodes.size), "groups_crossing_nodes": int(crossing.size),
             "crossing_groups": crossing.tolist() if show_all else crossing[:64].tolist(),
-            "truncated": bool(tail), "grid": [node_row(n) for n in head + tail]})
+            "truncated": bool(tail), "grid": [node_row(n) for n in head + tail],
+            "note": note})
         return
     if fmt == "csv":
         ranks = np.arange(world)
@@ -356,6 +362,8 @@ def _inspect_grid(layout: Layout, kind: str, gpn: int, fmt: str, quiet: bool,
                      zip((ranks // gpn).tolist(), (ranks % gpn).tolist(),
                          (ranks + layout.rank_offset).tolist(), idx.group.tolist(),
                          crosses_rank.astype(int).tolist(), strict=True))
+        if note:
+            out.echo(note, err=True)
         return
     palette = ("red", "green", "yellow", "blue", "magenta", "cyan")
     rw = len(str(layout.ranks.stop - 1))
@@ -382,6 +390,8 @@ def _inspect_grid(layout: Layout, kind: str, gpn: int, fmt: str, quiet: bool,
         rows.append(out.more_line(n_nodes - len(head) - len(tail), "nodes", hint=not quiet))
         rows += [node_line(n) for n in tail]
     out.echo(out.render_table(None if quiet else header, rows, align="r" + "l" * gpn))
+    if note:  # on stderr, so it reaches the user with --quiet and leaves the data clean
+        out.echo(out.style(note, fg="yellow"), err=True)
     if quiet:
         return
     out.echo()
@@ -436,6 +446,9 @@ def _read_side(path: str, kwargs: dict) -> Layout:
             head = fh.read(4096)
     except FileNotFoundError:
         raise ConfigFileError(f"{path}: no such file.", path=path) from None
+    except UnicodeDecodeError:
+        raise ConfigFileError(f"{path}: not a text file; diff takes exported layouts (JSON) or "
+                              f"configuration files (YAML, TOML, JSON).", path=path) from None
     except OSError as exc:
         raise ConfigFileError(f"{path}: cannot read: {exc.strerror}.", path=path) from None
     if head.lstrip().startswith("{") and '"schema"' in head:

@@ -309,7 +309,12 @@ class Sink:
             if not os.path.isdir(directory):
                 raise FileNotFoundError(2, "no such directory (create it first)", directory)
             tmp = f"{self.path}.tmp{os.getpid()}"
-            self._file = (open(tmp, "w", encoding="utf-8", newline=""), tmp, self.path)
+            try:  # errors name the user's path, not the temporary file beside it
+                fh = open(tmp, "w", encoding="utf-8", newline="")  # noqa: SIM115 - closed in exit
+            except OSError as exc:
+                raise OSError(exc.errno, f"cannot write there ({exc.strerror}); choose a "
+                                         f"writable path for the output", self.path) from None
+            self._file = (fh, tmp, self.path)
         return self
 
     def write(self, text: str) -> None:
@@ -323,7 +328,13 @@ class Sink:
             fh, tmp, path = self._file
             fh.close()
             if exc_type is None:
-                os.replace(tmp, path)
+                try:
+                    os.replace(tmp, path)
+                except OSError as err:
+                    with contextlib.suppress(OSError):
+                        os.unlink(tmp)
+                    raise OSError(err.errno, f"cannot write there ({err.strerror}); choose a "
+                                             f"writable path for the output", path) from None
             else:
                 with contextlib.suppress(OSError):
                     os.unlink(tmp)

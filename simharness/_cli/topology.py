@@ -171,17 +171,37 @@ def _layout_and_cluster(topology: str, kwargs: dict, *, hosts_list, first_device
         raise TopologyError(f"--gpus-per-node {given_gpn} contradicts topology {spec.name!r} "
                             f"({gpn} GPUs per node); drop --gpus-per-node")
     nodes = kwargs.get("nodes")
-    if nodes is None and kwargs.get("world_size") is None and not kwargs.get("config_file") \
-            and not hosts_list:
+    world_given = kwargs.get("world_size") is not None or any(
+        entry[0] == "world_size" for entry in kwargs.get("set_fields") or ())
+    if nodes is None and not world_given and not kwargs.get("config_file") and not hosts_list:
         nodes = spec.default_nodes  # no size given: fill the topology's default cluster
     opts = dict(kwargs, gpus_per_node=gpn, nodes=nodes)
-    if kwargs.get("world_size") is not None:
+    if world_given:
         opts["nodes"] = None  # --nodes sizes the cluster, --world-size the layout
     layout = layout_from_options(**opts)
-    if nodes is None:
+    if nodes is None:  # derived: errors must not name a --nodes the user never gave
         last = (layout.rank_offset if first_device is None else first_device) + layout.world_size
-        nodes = max(-(-last // gpn), len(set(hosts_list)) if hosts_list else 0, 1)
+        n_hosts = len(set(hosts_list)) if hosts_list else 0
+        nodes = max(-(-last // gpn), n_hosts, 1)
+        limit = _node_limit(spec)
+        if limit is not None and nodes > limit:
+            why = (f"--hosts names {n_hosts} hosts" if n_hosts > -(-last // gpn) else
+                   f"{last} ranks need {nodes} nodes of {gpn} GPUs")
+            raise TopologyError(
+                f"{why}, but topology {spec.name!r} holds at most {limit} node(s) "
+                f"({limit * gpn} GPUs); pick a bigger topology (simharness topology list) or "
+                f"a world of at most {limit * gpn - (last - layout.world_size)} ranks")
     return layout, load_cluster(spec, nodes)
+
+
+def _node_limit(spec) -> int | None:
+    """The most nodes ``spec`` can hold (the limits :class:`Cluster` enforces), or None."""
+    limits = [spec.max_nodes] if spec.max_nodes is not None else []
+    if spec.scale_out is None:
+        limits.append(spec.nodes_per_domain)
+    elif len(spec.scale_out.tiers) == 1:
+        limits.append(spec.scale_out.nodes_per_leaf)
+    return min(limits) if limits else None
 
 
 # ------------------------------------------------------------------ commands
