@@ -207,13 +207,26 @@ def _node_limit(spec) -> int | None:
 # ------------------------------------------------------------------ commands
 @click.group("topology")
 def topology_group():
-    """Cluster topologies (topologies/*.toml, or your own file)."""
+    """Cluster topologies (topologies/*.toml, or your own file).
+
+    \b
+    Examples:
+      simharness topology list
+      simharness topology show dgx-h100-superpod --nodes 4
+      simharness topology cost dgx-h100-superpod --nodes 2 --collective all_gather
+    """
 
 
 @topology_group.command("list")
 @output_options(formats=("table", "json"), show_all=False)
 def topology_list(fmt, quiet):
-    """List the shipped topologies."""
+    """List the shipped topologies.
+
+    \b
+    Examples:
+      simharness topology list
+      simharness topology list --format json
+    """
     specs = [load_spec(n) for n in list_topologies()]
     if fmt == "json":
         echo(to_json([{"name": s.name, "description": s.description,
@@ -237,7 +250,14 @@ def topology_list(fmt, quiet):
                    "where matplotlib is installed).")
 @output_options(formats=("table", "json"), show_all=False)
 def topology_show(name, nodes, out, fmt, quiet):
-    """Summarise topology NAME (a shipped name or a .toml path) as a graph."""
+    """Summarise topology NAME (a shipped name or a .toml path) as a graph.
+
+    \b
+    Examples:
+      simharness topology show dgx-h100
+      simharness topology show dgx-h100-superpod --nodes 4 --out superpod.svg
+      simharness topology show my-cluster.toml --format json
+    """
     cluster = load_cluster(name, nodes)
     graph = cluster.graph()
     kinds: dict[str, int] = {}
@@ -289,7 +309,14 @@ def topology_show(name, nodes, out, fmt, quiet):
 @output_options(formats=("table", "json"), show_all=False)
 def topology_cost(name, nodes, ranks_per_node, collective, sizes, algo, proto, collnet, fmt,
                   quiet):
-    """NCCL's pick and cost of one collective over a group of NAME, size by size."""
+    """NCCL's pick and cost of one collective over a group of NAME, size by size.
+
+    \b
+    Examples:
+      simharness topology cost dgx-h100
+      simharness topology cost dgx-h100-superpod --nodes 4 --collective all_gather --size 1GB
+      simharness topology cost dgx-h100-superpod --nodes 2 --ranks-per-node 1 --format json
+    """
     from ..topology.cost import predict
 
     cluster = load_cluster(name, nodes)
@@ -344,6 +371,12 @@ def place_cmd(ctx, topology, hosts, first_device, fmt, quiet, show_all, **kwargs
 
     --nodes sizes the cluster (and, without --world-size, the world). Exits 1
     when a finding is an error (a TP group leaving its NVLink domain).
+
+    \b
+    Examples:
+      simharness place --topology dgx-h100-superpod --nodes 4 --tp 8 --pp 2
+      simharness place --topology dgx-h100 -n 8 --tp 4 --cp 2 --format json
+      simharness place --topology dgx-h100-superpod -n 32 --tp 8 --hosts hosts.txt
     """
     hosts_list = read_hosts(hosts) if hosts else None
     layout, cluster = _layout_and_cluster(topology, kwargs, hosts_list=hosts_list,
