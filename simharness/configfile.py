@@ -140,8 +140,8 @@ def _no_duplicates(pairs: list[tuple[str, Any]], path: str) -> dict[str, Any]:
     for key, value in pairs:
         if key in out:
             raise ConfigFileError(
-                f"{path}: key {key!r} appears twice (values {out[key]!r} and {value!r}); JSON would "
-                f"keep the last one silently. Keep one of them.", path=path)
+                f"{path}: key {key!r} appears twice (values {out[key]!r} and {value!r}); JSON "
+                f"would keep the last one silently. Keep one of them.", path=path)
         out[key] = value
     return out
 

@@ -23,8 +23,9 @@ True
 >>> try:
 ...     parse_field("create_all_gather_group", "false", where="job.yaml")
 ... except LayoutError as exc:
-...     print(exc)
-job.yaml: create_all_gather_group must be true or false, got the string 'false'; write false without quotes.
+...     print(exc)  # doctest: +NORMALIZE_WHITESPACE
+job.yaml: create_all_gather_group must be true or false, got the string 'false';
+write false without quotes.
 """
 
 from __future__ import annotations
@@ -124,47 +125,56 @@ def parse_field(name: str, value: Any, *, where: str, from_text: bool = False) -
         if ftype.nullable:
             return None
         raise _refuse(where, name, ftype, value, f"give {name} a value or leave it out")
-    if ftype.kind == "bool":
-        if isinstance(value, bool):
-            return value
-        fix = (f"write {value.strip().lower()} without quotes"
-               if isinstance(value, str) and value.strip().lower() in ("true", "false")
-               else "write true or false")
-        raise _refuse(where, name, ftype, value, fix)
-    if ftype.kind == "int":
-        if isinstance(value, bool) or not isinstance(value, int):
-            fix = ("write it without quotes" if isinstance(value, str)
-                   and value.strip().isdigit() else "write a whole number such as 2")
-            if isinstance(value, float) and value.is_integer():
-                fix = f"write {int(value)}"
-            raise _refuse(where, name, ftype, value, fix)
-        if value < ftype.minimum:
-            raise _refuse(where, name, ftype, value, f"use a value >= {ftype.minimum}")
+    reader = _READERS.get(ftype.kind)
+    return value if reader is None else reader(name, value, ftype, where)
+
+
+def _read_bool(name: str, value: Any, ftype: FieldType, where: str) -> bool:
+    if isinstance(value, bool):
         return value
-    if ftype.kind == "choice":
-        if isinstance(value, str) and value in ftype.choices:
-            return value
-        raise _refuse(where, name, ftype, value,
-                      f"use one of {', '.join(ftype.choices)}" +
-                      (" or leave it out" if ftype.nullable else ""))
-    if ftype.kind == "str":
-        if isinstance(value, str):
-            return value
-        raise _refuse(where, name, ftype, value, "write it as a string")
-    if ftype.kind == "ints":
-        items = value.replace(" ", "").split(",") if isinstance(value, str) else value
-        if isinstance(items, (list, tuple)):
-            out = []
-            for item in items:
-                if isinstance(item, str) and item.isdigit():
-                    item = int(item)
-                if isinstance(item, bool) or not isinstance(item, int) or item < 1:
-                    break
-                out.append(item)
-            else:
-                return tuple(out)
-        raise _refuse(where, name, ftype, value, "write it like [2, 2] (or 2,2)")
+    fix = (f"write {value.strip().lower()} without quotes"
+           if isinstance(value, str) and value.strip().lower() in ("true", "false")
+           else "write true or false")
+    raise _refuse(where, name, ftype, value, fix)
+
+
+def _read_int(name: str, value: Any, ftype: FieldType, where: str) -> int:
+    if isinstance(value, bool) or not isinstance(value, int):
+        fix = "write a whole number such as 2"
+        if isinstance(value, str) and value.strip().isdigit():
+            fix = "write it without quotes"
+        elif isinstance(value, float) and value.is_integer():
+            fix = f"write {int(value)}"
+        raise _refuse(where, name, ftype, value, fix)
+    if value < ftype.minimum:
+        raise _refuse(where, name, ftype, value, f"use a value >= {ftype.minimum}")
     return value
+
+
+def _read_choice(name: str, value: Any, ftype: FieldType, where: str) -> str:
+    if isinstance(value, str) and value in ftype.choices:
+        return value
+    raise _refuse(where, name, ftype, value, f"use one of {', '.join(ftype.choices)}"
+                  + (" or leave it out" if ftype.nullable else ""))
+
+
+def _read_str(name: str, value: Any, ftype: FieldType, where: str) -> str:
+    if isinstance(value, str):
+        return value
+    raise _refuse(where, name, ftype, value, "write it as a string")
+
+
+def _read_ints(name: str, value: Any, ftype: FieldType, where: str) -> tuple[int, ...]:
+    items = value.replace(" ", "").split(",") if isinstance(value, str) else value
+    if isinstance(items, (list, tuple)):
+        out: list[Any] = [int(i) if isinstance(i, str) and i.isdigit() else i for i in items]
+        if all(type(i) is int and i >= 1 for i in out):
+            return tuple(int(i) for i in out)
+    raise _refuse(where, name, ftype, value, "write it like [2, 2] (or 2,2)")
+
+
+_READERS = {"bool": _read_bool, "int": _read_int, "choice": _read_choice, "str": _read_str,
+            "ints": _read_ints}
 
 
 def _from_text(name: str, text: str, ftype: FieldType, where: str) -> Any:
