@@ -308,27 +308,31 @@ def _from_recipe(data: Mapping, path: str
             if name in merged and merged[name] != value:
                 raise ConfigFileError(
                     f"{path}: {source[name]}.{name} is {merged[name]!r} but {where}.{name} is "
-                    f"{value!r}; NeMo would use only one of them. Keep one.", path=path)
+                    f"{value!r}: they disagree; keep one of them.", path=path)
             merged[name] = value
             source[name] = where
+    # Lightning's Trainer defaults: num_nodes=1, devices="auto".
     nodes = trainer.get("num_nodes")
     if nodes is not None:
         nodes = _whole(path, "trainer.num_nodes", nodes)
-    devices = trainer.get("devices")
-    gpus: int | None = None
-    auto = False
+    gpus, auto = _devices(path, trainer.get("devices", "auto" if nodes is not None else None))
+    if gpus is not None and nodes is None:
+        nodes = 1
+    return merged, nodes, gpus, auto
+
+
+def _devices(path: str, devices: Any) -> tuple[int | None, bool]:
+    """GPUs per node from ``trainer.devices``, and whether it is ``auto`` (or -1)."""
     if isinstance(devices, (list, tuple)):  # explicit device ids: one process per id
-        gpus = len(devices) or None
-    elif devices in ("auto", -1, "-1"):
-        auto = True
-    elif isinstance(devices, str) and "," in devices:  # Lightning's "0,1,2,3": device ids
-        gpus = len([d for d in devices.split(",") if d.strip()]) or None
-    elif isinstance(devices, str) and devices.strip().isdigit():
+        return len(devices) or None, False
+    if devices in ("auto", -1, "-1"):
+        return None, True
+    if isinstance(devices, str) and "," in devices:  # Lightning's "0,1,2,3": device ids
+        return len([d for d in devices.split(",") if d.strip()]) or None, False
+    if isinstance(devices, str) and devices.strip().isdigit():
         raise ConfigFileError(f"{path}: trainer.devices is the string {devices!r}; write "
                               f"{devices.strip()} without quotes.", path=path)
-    elif devices is not None:
-        gpus = _whole(path, "trainer.devices", devices)
-    return merged, nodes, gpus, auto
+    return (None if devices is None else _whole(path, "trainer.devices", devices)), False
 
 
 def parse_config_text(text: str, path: str = "<config>", fmt: str | None = None) -> ConfigFile:

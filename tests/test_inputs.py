@@ -162,6 +162,28 @@ def test_devices_auto_needs_the_node_size(tmp_path):
     assert json.loads(result.stdout)["config"]["world_size"] == 8
 
 
+@pytest.mark.parametrize("text, world", [
+    ("nodes: 2\ntp: 2\n", 16),                                   # like --nodes 2: 8 per node
+    ("trainer:\n  devices: 4\n  strategy: {tp: 2}\n", 4),        # Lightning: num_nodes 1
+    ("trainer:\n  devices: 4\n  num_nodes: 3\n  strategy: {tp: 2}\n", 12),
+])
+def test_a_files_node_count_is_never_dropped(tmp_path, text, world):
+    p = tmp_path / "w.yaml"
+    p.write_text(text)
+    result = invoke("export", "--config", p)
+    assert result.exit_code == 0, result.output
+    assert json.loads(result.stdout)["config"]["world_size"] == world
+    p.write_text("trainer:\n  num_nodes: 2\n  strategy: {tp: 2}\n")  # devices: Lightning's auto
+    fails("export", "--config", p, fragments=("Lightning's default", "--gpus-per-node"))
+
+
+def test_diff_change_reads_values_like_set():
+    assert invoke("diff", "-n", "8", "--change", "use_sharp=1").exit_code == 0
+    fails("diff", "-n", "8", "--change", "use_sharp=maybe",
+          fragments=("--change use_sharp=maybe", "true/yes/on/1"))
+    fails("diff", "-n", "8", "--change", "tp=2.0", fragments=("--change tp=2.0", "whole number"))
+
+
 # ------------------------------------------------------- conflicts on the command line
 @pytest.mark.parametrize("args, fragments", [
     (["--tp", "2", "--set", "tensor_model_parallel_size=4"],

@@ -412,13 +412,16 @@ def config_fields_from_options(**kwargs) -> tuple[dict[str, Any], str]:
     elif world is None and cf is not None and cf.world_size is not None:
         if "world_size" not in set_items:
             fields["world_size"] = cf.world_size
-    elif world is None and cf is not None and cf.devices_auto and cf.nodes is not None \
+    elif world is None and cf is not None and cf.nodes is not None \
             and "world_size" not in set_items:
-        if kwargs.get("gpus_per_node") is None:
-            fail(f"{cf.path}: trainer.devices is 'auto' with trainer.num_nodes {cf.nodes}, so "
+        # A file's node count without its GPUs per node: --gpus-per-node (else 8, as for
+        # --nodes) for the bare form; a recipe's devices 'auto' has no default to assume.
+        if cf.devices_auto and kwargs.get("gpus_per_node") is None:
+            fail(f"{cf.path}: trainer.devices is 'auto' (Lightning's default when it is not "
+                 f"written) with trainer.num_nodes {cf.nodes}, so "
                  f"the world depends on the GPUs per node; pass --gpus-per-node (world = "
                  f"{cf.nodes} x it) or -n, or write trainer.devices as a number.")
-        fields["world_size"] = cf.nodes * kwargs["gpus_per_node"]
+        fields["world_size"] = cf.nodes * _gpus_per_node(kwargs, cf)
     mcore = kwargs.get("mcore")
     if isinstance(mcore, (tuple, list)):
         mcore = mcore[0] if mcore else None

@@ -545,9 +545,8 @@ def diff_cmd(files, fmt, quiet, show_all, toggles, changes, exit_code, **kwargs)
 
 
 def _parse_change(item: str) -> tuple[str, Any]:
-    """``--change FIELD=VALUE``: the field name (aliases resolved) and the YAML value."""
-    import yaml
-
+    """``--change FIELD=VALUE``: the field name (aliases resolved) and the value, read as
+    ``--set`` reads it (:func:`simharness.fieldtypes.parse_field`)."""
     from ..config import ALIASES
 
     if "=" not in item:
@@ -563,10 +562,13 @@ def _parse_change(item: str) -> tuple[str, Any]:
              + (f" (did you mean {close[0]!r}?)" if close else "")
              + "; use a ParallelismConfig field name such as "
                "tensor_model_parallel_size or tp.")
+    from ..errors import LayoutError
+    from ..fieldtypes import parse_field
+
     try:
-        return key, yaml.safe_load(raw)
-    except yaml.YAMLError:
-        return key, raw
+        return key, parse_field(key, raw, where=f"--change {item}", from_text=True)
+    except LayoutError as exc:
+        fail(str(exc))
 
 
 def _changed_sides(kwargs: dict, mcores: tuple[str, ...], toggles: Sequence[str],
