@@ -140,6 +140,12 @@ class ParallelismConfig:
         set_ = lambda k, v: object.__setattr__(self, k, v)  # noqa: E731 (frozen)
         if self.order is None:
             set_("order", TP_PP_DP_ORDER if self.use_tp_pp_dp_mapping else DEFAULT_ORDER)
+        elif self.use_tp_pp_dp_mapping is True and self.order != TP_PP_DP_ORDER:
+            # Two sources of one value: NeMo turns the mapping into this order.
+            raise LayoutError(
+                f"order {self.order!r} conflicts with use_tp_pp_dp_mapping=True (which means "
+                f"order {TP_PP_DP_ORDER!r}); give one of them.",
+                order=self.order, use_tp_pp_dp_mapping=True)
         if self.hierarchical_context_parallel_sizes is not None:
             hcp = self.hierarchical_context_parallel_sizes
             if isinstance(hcp, str):
@@ -325,9 +331,15 @@ class ParallelismConfig:
         return out
 
     def replace(self, **changes) -> ParallelismConfig:
-        """A copy with some fields changed (validated again)."""
+        """A copy with some fields changed (validated again).
+
+        The mapping and the order are one value: changing one alone resets the other
+        (a new order drops ``use_tp_pp_dp_mapping`` unless it is that mapping's order).
+        """
         if "use_tp_pp_dp_mapping" in changes and "order" not in changes:
             changes["order"] = None
+        elif "order" in changes and "use_tp_pp_dp_mapping" not in changes:
+            changes["use_tp_pp_dp_mapping"] = changes["order"] == TP_PP_DP_ORDER
         data = {f.name: getattr(self, f.name) for f in fields(self)}
         data.update(changes)
         return ParallelismConfig(**data)

@@ -217,6 +217,12 @@ def config_from_mapping(data: Any, path: str = "<config>") -> ConfigFile:
         where_nodes = "trainer.num_nodes x trainer.devices"
         if "world_size" in data:  # a top-level world next to the recipe
             fields_["world_size"] = _typed(path, "world_size", data["world_size"])
+        stray = sorted(str(k) for k in data if str(k) in _KNOWN and k != "world_size")
+        if stray:  # NeMo reads the parallelism from trainer.strategy only
+            raise ConfigFileError(
+                f"{path}: {', '.join(stray)} at the top level of a recipe would be ignored (NeMo "
+                f"reads parallelism from trainer.strategy); move it into trainer.strategy.",
+                path=path)
     else:
         fields_, unknown = _known_fields(data, skip=lambda key: key in EXTRA_KEYS)
         if unknown:

@@ -129,6 +129,21 @@ def test_file_values_are_strict(text, name, fragment):
     assert fragment in str(info.value), str(info.value)
 
 
+def test_parallelism_outside_the_strategy_is_not_ignored():
+    with pytest.raises(ConfigFileError, match="tensor_model_parallel_size at the top level"):
+        parse_config_text("tensor_model_parallel_size: 4\ntrainer:\n  devices: 8\n"
+                          "  strategy: {pp: 2}\n", "r.yaml")
+
+
+def test_order_and_the_mapping_must_agree():
+    with pytest.raises(LayoutError, match="conflicts with use_tp_pp_dp_mapping=True"):
+        ParallelismConfig(world_size=8, use_tp_pp_dp_mapping=True, order="tp-cp-ep-dp-pp")
+    cfg = ParallelismConfig(world_size=8, use_tp_pp_dp_mapping=True, order="tp-cp-ep-pp-dp")
+    assert cfg.order == "tp-cp-ep-pp-dp"
+    fails("check", "-n", "8", "--set", "use_tp_pp_dp_mapping=true", "--order", "tp-cp-ep-dp-pp",
+          fragments=("use_tp_pp_dp_mapping=True",))
+
+
 def test_yaml_merge_keys_may_be_overridden():
     cf = parse_config_text("base: &b {}\ntrainer:\n  strategy:\n    <<: {tp: 2}\n    tp: 4\n",
                            "m.yaml")
