@@ -352,6 +352,13 @@ def test_export_to_an_unwritable_path_names_that_path():
     assert "nope.json.tmp" not in err
 
 
+def test_os_errors_name_the_path_and_a_fix(tmp_path):
+    fails("topology", "show", "dgx-h100", "--out", tmp_path / "no" / "x.svg",
+          fragments=(str(tmp_path / "no" / "x.svg"), "check the path"))
+    fails("diff", tmp_path / "none.json", tmp_path / "none.yaml",
+          fragments=("none.json: no such file; check the path",))
+
+
 @pytest.mark.parametrize("cmd", [
     lambda p: ["verify-export", p],
     lambda p: ["diff", p, p],

@@ -145,8 +145,7 @@ class SimharnessGroup(click.Group):
             _error(f"an input file is not UTF-8 text (byte {exc.start}: {exc.reason}); "
                    f"pass the text file the option expects", 2)
         except OSError as exc:
-            where = f"{exc.filename}: " if getattr(exc, "filename", None) else ""
-            _error(f"{where}{exc.strerror or exc}", 2)
+            _error(_os_error_line(exc), 2)
         except (click.Abort, KeyboardInterrupt, EOFError):
             _error("aborted", 130)
         sys.exit(rv if isinstance(rv, int) else 0)
@@ -173,6 +172,22 @@ class SimharnessGroup(click.Group):
             hint = f"did you mean '{close[0]}'? " if close else ""
             raise click.UsageError(f"no such command '{cmd_name}'; {hint}commands are: "
                                    f"{', '.join(names)}.", ctx) from None
+
+
+def _os_error_line(exc: OSError) -> str:
+    """``PATH: what went wrong; the fix`` for a file the command could not read or write."""
+    import errno
+
+    path = getattr(exc, "filename", None)
+    text = str(exc.strerror or exc)
+    if path is None or ";" in text:  # no path, or a message that already says what to do
+        return f"{path}: {text}" if path else text
+    fixes = {errno.ENOENT: "check the path (its folder must exist)",
+             errno.EACCES: "choose a path you may read or write",
+             errno.EROFS: "choose a path on a writable file system",
+             errno.EISDIR: "give a file name, not a folder",
+             errno.ENOSPC: "free some space or choose another disk"}
+    return f"{path}: {text}; {fixes.get(exc.errno or 0, 'check the path and its permissions')}"
 
 
 def _no_such_option(exc: click.NoSuchOption) -> str:

@@ -445,7 +445,7 @@ def _read_side(path: str, kwargs: dict) -> Layout:
         with open(path, encoding="utf-8") as fh:
             head = fh.read(4096)
     except FileNotFoundError:
-        raise ConfigFileError(f"{path}: no such file.", path=path) from None
+        raise ConfigFileError(f"{path}: no such file; check the path.", path=path) from None
     except UnicodeDecodeError:
         raise ConfigFileError(f"{path}: not a text file; diff takes exported layouts (JSON) or "
                               f"configuration files (YAML, TOML, JSON).", path=path) from None
