@@ -55,11 +55,22 @@ class FieldType:
         words = {"bool": "true or false", "int": f"a whole number >= {self.minimum}",
                  "choice": " or ".join(repr(c) for c in self.choices),
                  "str": "a string", "ints": "a list of whole numbers such as [2, 2]",
-                 "any": "any value"}[self.kind]
+                 "names": "a list of process-group names", "any": "any value"}[self.kind]
         return words + (" or null" if self.nullable else "")
 
 
 _BOOL, _COUNT, _NAT = FieldType("bool"), FieldType("int"), FieldType("int", minimum=0)
+
+# The process-group names Megatron looks up in its NCCL communicator configuration
+# (get_nccl_options("<name>", ...) in parallel_state.py, megatron-core 0.16.1-0.19.2): what
+# high_priority_stream_groups may name. Another name would be accepted by Megatron and
+# silently change no communicator.
+PG_NAMES = (
+    "cp", "dp", "dp_cp", "embd", "ep", "ep_dp", "ep_gtp_remat_dp", "ep_tp", "expt_gtp_remat",
+    "gtp_remat", "gtp_remat_dp", "gtp_remat_dp_cp", "hcp", "inter_ep_dp",
+    "intra_dist_opt_instance", "intra_dp_cp", "intra_ep_dp", "mp", "pos_embd", "pp", "tp",
+    "tp_cp", "tp_dp", "tp_dp_cp", "tp_ep_gtp_remat_pp", "tp_ep_mp", "tp_ep_pp",
+)
 
 # Every ParallelismConfig field (tests/test_fieldtypes.py checks the table is complete).
 FIELD_TYPES: dict[str, FieldType] = {
@@ -98,7 +109,7 @@ FIELD_TYPES: dict[str, FieldType] = {
     "gtp_remat_size": _COUNT,
     "expert_gtp_remat_size": _COUNT,
     "distributed_timeout_minutes": _COUNT,
-    "high_priority_stream_groups": FieldType("any"),
+    "high_priority_stream_groups": FieldType("names", choices=PG_NAMES),
 }
 
 
@@ -173,8 +184,21 @@ def _read_ints(name: str, value: Any, ftype: FieldType, where: str) -> tuple[int
     raise _refuse(where, name, ftype, value, "write it like [2, 2] (or 2,2)")
 
 
+def _read_names(name: str, value: Any, ftype: FieldType, where: str) -> tuple[str, ...]:
+    items = [p for p in value.replace(" ", "").split(",") if p] if isinstance(value, str) \
+        else value
+    if isinstance(items, (list, tuple)) and all(isinstance(i, str) for i in items):
+        unknown = [i for i in items if i not in ftype.choices]
+        if not unknown:
+            return tuple(items)
+        raise _refuse(where, name, ftype, value,
+                      f"{', '.join(map(repr, unknown))} is no group Megatron configures; use "
+                      f"names from {', '.join(ftype.choices)}")
+    raise _refuse(where, name, ftype, value, "write it like [dp_cp, ep_dp] (or dp_cp,ep_dp)")
+
+
 _READERS = {"bool": _read_bool, "int": _read_int, "choice": _read_choice, "str": _read_str,
-            "ints": _read_ints}
+            "ints": _read_ints, "names": _read_names}
 
 
 def _from_text(name: str, text: str, ftype: FieldType, where: str) -> Any:
@@ -198,8 +222,8 @@ def _from_text(name: str, text: str, ftype: FieldType, where: str) -> Any:
     if ftype.kind == "ints":
         body = word.strip("[]()")
         return parse_field(name, body, where=where)
-    if ftype.kind == "any" and name == "high_priority_stream_groups":
-        return tuple(p for p in word.replace(" ", "").split(",") if p)
+    if ftype.kind == "names":
+        return parse_field(name, word.strip("[]()"), where=where)
     if ftype.kind == "any":
         import yaml
 

@@ -78,6 +78,8 @@ def test_command_line_false_spellings(word):
     ("sharp_enabled_group", "tp", False, "use one of dp, dp_replica"),
     ("hierarchical_context_parallel_sizes", "2,x", True, "like [2, 2]"),
     ("order", 7, False, "write it as a string"),
+    ("high_priority_stream_groups", "dp_cp,bogus", True, "'bogus' is no group Megatron"),
+    ("high_priority_stream_groups", [1], False, "like [dp_cp, ep_dp]"),
 ])
 def test_bad_values_are_refused_naming_source_and_fix(name, value, text, fragment):
     with pytest.raises(LayoutError) as info:
@@ -307,6 +309,8 @@ def test_random_documents_are_refused_or_taken_literally(doc, fmt):
             assert tuple(value) == got
         elif kind in ("choice", "str"):
             assert isinstance(value, str) and got == value
+        elif kind == "names":
+            assert tuple([value] if isinstance(value, str) else value) == got
 
 
 @settings(max_examples=80, deadline=None)
