@@ -425,6 +425,12 @@ def config_fields_from_options(**kwargs) -> tuple[dict[str, Any], str]:
                  f"= {nodes * gpn}; give only one of them.")
         fields["world_size"] = nodes * gpn
     elif world is None and cf is not None and cf.world_size is not None:
+        flag_gpn = kwargs.get("gpus_per_node")
+        if flag_gpn is not None and cf.gpus_per_node is not None \
+                and flag_gpn != cf.gpus_per_node and "world_size" not in set_items:
+            fail(f"--gpus-per-node {flag_gpn} conflicts with {cf.path}'s {cf.gpus_per_node} GPUs "
+                 f"per node (its world is {cf.world_size} ranks); give -n or --nodes with "
+                 f"--gpus-per-node, or drop --gpus-per-node.")
         if "world_size" not in set_items:
             fields["world_size"] = cf.world_size
     elif world is None and cf is not None and cf.nodes is not None \

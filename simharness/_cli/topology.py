@@ -176,6 +176,17 @@ def _layout_and_cluster(topology: str, kwargs: dict, *, hosts_list, first_device
     if nodes is None and not world_given and not kwargs.get("config_file") and not hosts_list:
         nodes = spec.default_nodes  # no size given: fill the topology's default cluster
     opts = dict(kwargs, gpus_per_node=gpn, nodes=nodes)
+    if kwargs.get("config_file"):  # the file's GPUs per node against the topology's
+        from ..configfile import read_config_file
+
+        cf = read_config_file(kwargs["config_file"])
+        if cf.gpus_per_node is not None and cf.gpus_per_node != gpn and given_gpn is None:
+            if not hosts_list:
+                raise TopologyError(
+                    f"{cf.path} runs {cf.gpus_per_node} GPUs per node but topology "
+                    f"{spec.name!r} has {gpn}; pick a topology with {cf.gpus_per_node} GPUs "
+                    f"per node, or pass --hosts to say where each rank runs")
+            opts["gpus_per_node"] = None  # the file's world; --hosts places the ranks
     if world_given:
         opts["nodes"] = None  # --nodes sizes the cluster, --world-size the layout
     layout = layout_from_options(**opts)
