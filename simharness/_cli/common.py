@@ -382,8 +382,11 @@ def config_flags_given(**kwargs) -> list[str]:
 
 
 def _read_file(path: str | None) -> ConfigFile | None:
-    if not path:
+    if path is None:
         return None
+    if not path.strip():
+        fail("--config was given an empty path; pass a YAML, TOML or JSON file, or leave "
+             "--config out.")
     from ..configfile import read_config_file
 
     return read_config_file(path)
