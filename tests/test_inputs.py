@@ -334,6 +334,20 @@ def test_random_conflicting_fields_are_refused(a, b, key):
             parse_config_text(json.dumps(doc), "c.json")
 
 
+@settings(max_examples=80, deadline=None)
+@given(world=st.integers(1, 64), nodes=st.integers(1, 8), gpus=st.integers(1, 8),
+       recipe=st.booleans())
+def test_random_worlds_against_nodes_are_refused_unless_equal(world, nodes, gpus, recipe):
+    doc = ({"world_size": world, "trainer": {"num_nodes": nodes, "devices": gpus,
+                                             "strategy": {}}} if recipe else
+           {"world_size": world, "nodes": nodes, "gpus_per_node": gpus})
+    if world == nodes * gpus:
+        assert parse_config_text(json.dumps(doc), "w.json").world_size == world
+    else:
+        with pytest.raises(ConfigFileError, match=f"world_size {world} conflicts"):
+            parse_config_text(json.dumps(doc), "w.json")
+
+
 @settings(max_examples=150, deadline=None)
 @given(name=st.sampled_from(sorted(FIELD_TYPES)), text=st.text(max_size=8))
 def test_random_command_line_text_is_refused_or_exact(name, text):
