@@ -10,15 +10,20 @@ Two shapes are accepted, both with NeMo's field names:
       world_size: 16
 
 * a NeMo recipe, whose ``trainer.strategy`` section (a ``MegatronStrategy``)
-  holds the parallelism fields; ``trainer.devices`` and ``trainer.num_nodes``
-  give the world when both are whole numbers. Nested ``parallelism`` or
-  ``parallel_config`` mappings inside the strategy are merged in. The
-  strategy's keys that do not shape process groups (``ddp``, ``ckpt_*``,
-  ``_target_``...) are ignored; any other unknown key is an error.
+  holds the parallelism fields; ``trainer.devices`` (a number, or a list of
+  device ids) x ``trainer.num_nodes`` (Lightning's defaults: ``auto`` and 1)
+  give the world; ``devices: auto`` leaves it to the caller (``devices_auto``).
+  Nested ``parallelism`` or ``parallel_config`` mappings inside the strategy
+  are merged in. The strategy's keys that do not shape process groups (``ddp``,
+  ``ckpt_*``, ``_target_``...) are ignored; any other unknown key is an error,
+  and so is a parallelism field outside ``trainer.strategy`` (NeMo ignores it).
 
-Every problem is a :class:`ConfigFileError` whose message names the file
-(and the line, where the parser reports one) and the fix. The module is pure
-apart from reading the file: no click, no torch.
+Values are read strictly (:mod:`simharness.fieldtypes`), and a key written twice
+(YAML or JSON), an alias next to its field, or a ``world_size`` that disagrees
+with nodes x GPUs per node is an error. Every problem is a
+:class:`ConfigFileError` whose message names the file (and the line, where the
+parser reports one) and the fix. The module is pure apart from reading the
+file: no click, no torch.
 
 >>> cf = parse_config_text("trainer:\\n  devices: 8\\n  num_nodes: 2\\n"
 ...                        "  strategy:\\n    tensor_model_parallel_size: 2\\n", "job.yaml")
