@@ -340,7 +340,7 @@ def _devices(path: str, devices: Any) -> tuple[int | None, bool]:
         return None, True
     if isinstance(devices, str) and "," in devices:  # Lightning's "0,1,2,3": device ids
         return len([d for d in devices.split(",") if d.strip()]) or None, False
-    if isinstance(devices, str) and devices.strip().isdigit():
+    if isinstance(devices, str) and devices.strip().isascii() and devices.strip().isdigit():
         raise ConfigFileError(f"{path}: trainer.devices is the string {devices!r}; write "
                               f"{devices.strip()} without quotes.", path=path)
     return (None if devices is None else _whole(path, "trainer.devices", devices)), False

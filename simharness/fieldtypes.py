@@ -113,6 +113,11 @@ FIELD_TYPES: dict[str, FieldType] = {
 }
 
 
+def _digits(text: str) -> bool:
+    """ASCII decimal digits only (``str.isdigit`` also takes '²', which ``int`` refuses)."""
+    return text.isascii() and text.isdigit()
+
+
 def _refuse(where: str, name: str, ftype: FieldType, value: Any, fix: str) -> LayoutError:
     shown = f"the string {value!r}" if isinstance(value, str) else repr(value)
     return LayoutError(f"{where}: {name} must be {ftype.describe()}, got {shown}; {fix}.",
@@ -152,7 +157,7 @@ def _read_bool(name: str, value: Any, ftype: FieldType, where: str) -> bool:
 def _read_int(name: str, value: Any, ftype: FieldType, where: str) -> int:
     if isinstance(value, bool) or not isinstance(value, int):
         fix = "write a whole number such as 2"
-        if isinstance(value, str) and value.strip().isdigit():
+        if isinstance(value, str) and _digits(value.strip()):
             fix = "write it without quotes"
         elif isinstance(value, float) and value.is_integer():
             fix = f"write {int(value)}"
@@ -178,16 +183,15 @@ def _read_str(name: str, value: Any, ftype: FieldType, where: str) -> str:
 def _read_ints(name: str, value: Any, ftype: FieldType, where: str) -> tuple[int, ...]:
     items = value.replace(" ", "").split(",") if isinstance(value, str) else value
     if isinstance(items, (list, tuple)):
-        out: list[Any] = [int(i) if isinstance(i, str) and i.isdigit() else i for i in items]
+        out: list[Any] = [int(i) if isinstance(i, str) and _digits(i) else i for i in items]
         if all(type(i) is int and i >= 1 for i in out):
             return tuple(int(i) for i in out)
     raise _refuse(where, name, ftype, value, "write it like [2, 2] (or 2,2)")
 
 
 def _read_names(name: str, value: Any, ftype: FieldType, where: str) -> tuple[str, ...]:
-    items = [p for p in value.replace(" ", "").split(",") if p] if isinstance(value, str) \
-        else value
-    if isinstance(items, (list, tuple)) and all(isinstance(i, str) for i in items):
+    items = value.replace(" ", "").split(",") if isinstance(value, str) else value
+    if isinstance(items, (list, tuple)) and all(isinstance(i, str) and i for i in items):
         unknown = [i for i in items if i not in ftype.choices]
         if not unknown:
             return tuple(items)
@@ -216,7 +220,7 @@ def _from_text(name: str, text: str, ftype: FieldType, where: str) -> Any:
                       f"write one of {'/'.join(TRUE_WORDS)} or {'/'.join(FALSE_WORDS)}")
     if ftype.kind == "int":
         digits = word[1:] if word.startswith("-") else word
-        if not digits.isdigit():
+        if not _digits(digits):
             raise _refuse(where, name, ftype, text, "write a whole number such as 2")
         return parse_field(name, int(word), where=where)
     if ftype.kind == "ints":

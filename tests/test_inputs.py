@@ -286,6 +286,18 @@ def test_suspicious_ep_means_misaligned_blocks(kw, warned):
     assert ("suspicious-ep" in {f.code for f in fs if f.severity == "warning"}) is warned
 
 
+@pytest.mark.parametrize("tp, etp, warned", [
+    (2, 4, False),   # NeMo's Llama 4 Maverick fine-tuning: experts split wider than TP
+    (4, 1, False), (8, 2, False), (4, 4, False),
+    (2, 3, True), (4, 3, True), (6, 4, True),
+])
+def test_suspicious_etp_means_groups_that_do_not_nest(tp, etp, warned):
+    cfg = ParallelismConfig(tensor_model_parallel_size=tp, expert_tensor_parallel_size=etp)
+    warnings = {f.code for f in check(build_layout(cfg)) if f.severity == "warning"}
+    assert ("suspicious-etp" in warnings) is warned
+    assert "suspicious-ep" not in warnings  # ep 1: one finding for one cause
+
+
 # ------------------------------------------------------------ property tests
 _WRONG = st.one_of(
     st.text(max_size=6), st.floats(allow_nan=False, allow_infinity=False),
@@ -320,7 +332,7 @@ def test_random_documents_are_refused_or_taken_literally(doc, fmt):
         elif kind in ("choice", "str"):
             assert isinstance(value, str) and got == value
         elif kind == "names":
-            assert tuple([value] if isinstance(value, str) else value) == got
+            assert tuple(value.split(",") if isinstance(value, str) else value) == got
 
 
 @settings(max_examples=80, deadline=None)
