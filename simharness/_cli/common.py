@@ -267,7 +267,7 @@ def _field_value(ctx, param, values):
                                                        if close else "")
                 + "; use a ParallelismConfig field name such as use_sharp.", ctx, param)
         try:
-            value = parse_field(name, raw, where=f"--set {item}", from_text=True)
+            value = parse_field(name, raw, where=item, from_text=True)
         except LayoutError as exc:
             raise click.BadParameter(str(exc), ctx, param) from None
         out.append((name, value, item))
@@ -473,10 +473,13 @@ def _no_flag_conflict(name: str, value: Any, item: str, flags: dict[str, Any],
         fail(f"--set {item} conflicts with --use-tp-pp-dp-mapping (order {TP_PP_DP_ORDER}); "
              f"give one of them.")
     if given is not None and given != value:
-        shown = str(given).lower() if isinstance(given, bool) else given
-        if isinstance(given, tuple):
-            shown = ",".join(map(str, given))
-        fail(f"{flag} {shown} conflicts with --set {item}: both set {name}; give one of them.")
+        decls = _FLAG_DECLS.get(name, ("",))
+        if isinstance(given, bool) and "/" in decls[0]:  # --gloo / --no-gloo: the one given
+            on, off = decls[0].split("/")
+            said = on if given else off
+        else:
+            said = f"{flag} {','.join(map(str, given)) if isinstance(given, tuple) else given}"
+        fail(f"{said} conflicts with --set {item}: both set {name}; give one of them.")
 
 
 def config_from_options(**kwargs) -> tuple[ParallelismConfig, str]:
