@@ -209,7 +209,7 @@ def _from_text(name: str, text: str, ftype: FieldType, where: str) -> Any:
     """Command-line text (``--set``, ``--change``): the CLI spellings are allowed."""
     word = text.strip()
     low = word.lower()
-    if ftype.nullable and low in (*NULL_WORDS, ""):
+    if ftype.nullable and low in NULL_WORDS:  # an empty value is refused below, not None
         return None
     if ftype.kind == "bool":
         if low in TRUE_WORDS:

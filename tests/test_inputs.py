@@ -226,6 +226,7 @@ def test_diff_change_reads_values_like_set():
     (["--set", "sharp_enabled_group=tp"], ["use one of dp, dp_replica"]),
     (["--set", "world_size=2.0"], ["whole number"]),
     (["--set", "sequence_paralel=true"], ["did you mean 'sequence_parallel'"]),
+    (["--cp", "4", "--hierarchical-cp-sizes", ""], ["integers separated by commas"]),
 ])
 def test_two_sources_of_one_value_are_an_error(args, fragments):
     fails("check", *args, fragments=fragments)
@@ -370,7 +371,7 @@ def test_random_command_line_text_is_refused_or_exact(name, text):
         return
     kind, word = FIELD_TYPES[name].kind, text.strip().lower()
     if value is None:
-        assert FIELD_TYPES[name].nullable and word in ("", "null", "none", "~")
+        assert FIELD_TYPES[name].nullable and word in ("null", "none", "~")
     elif kind == "bool":
         assert value is (word in TRUE_WORDS) and word in TRUE_WORDS + FALSE_WORDS
     elif kind == "int":

@@ -238,6 +238,8 @@ def _csv_ints(ctx, param, value):
         return None
     parts = [p for p in value.replace(" ", "").split(",") if p]
     try:
+        if not parts:  # an empty value must not quietly mean "no hierarchy"
+            raise ValueError(value)
         return tuple(int(p) for p in parts)
     except ValueError:
         raise click.BadParameter(f"expected integers separated by commas such as 2,2, got "
