@@ -82,7 +82,9 @@ FIELD_TYPES: dict[str, FieldType] = {
     "sequence_parallel": _BOOL,
     "expert_model_parallel_size": _COUNT,
     "moe_extended_tp": _BOOL,
-    "pipeline_dtype": FieldType("str", nullable=True),
+    # A torch dtype: a name in a file, or the object NeMo-Run's YAML writes for it; it
+    # shapes no group (ParallelismConfig keeps it as text).
+    "pipeline_dtype": FieldType("any", nullable=True),
     "encoder_tensor_model_parallel_size": _NAT,
     "encoder_pipeline_model_parallel_size": _NAT,
     "pipeline_model_parallel_comm_backend": FieldType("choice", nullable=True,
