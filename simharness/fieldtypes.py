@@ -233,6 +233,8 @@ def _from_text(name: str, text: str, ftype: FieldType, where: str) -> Any:
     if ftype.kind == "any":
         import yaml
 
+        if not word:
+            raise _refuse(where, name, ftype, text, "give a value (or null)")
         try:
             return yaml.safe_load(word)
         except yaml.YAMLError:
