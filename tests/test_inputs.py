@@ -394,6 +394,25 @@ def test_export_to_an_unwritable_path_names_that_path():
     assert "nope.json.tmp" not in err
 
 
+@pytest.mark.parametrize("cmd", ["replay", "replay-data"])
+def test_an_unwritable_report_fails_before_any_rank_starts(tmp_path, cmd):
+    bad = tmp_path / "missing" / "report.json"
+    fails(cmd, "-n", "4", "--report", bad, "--deadline", "5",
+          fragments=(str(bad), "choose a writable path for --report"))
+
+
+def test_check_writable_leaves_no_file_and_keeps_contents(tmp_path):
+    from simharness._cli.output import check_writable
+
+    new = tmp_path / "new.json"
+    check_writable(str(new), "--report")
+    assert not new.exists()
+    old = tmp_path / "old.json"
+    old.write_text("keep")
+    check_writable(str(old), "--report")
+    assert old.read_text() == "keep"
+
+
 def test_os_errors_name_the_path_and_a_fix(tmp_path):
     fails("topology", "show", "dgx-h100", "--out", tmp_path / "no" / "x.svg",
           fragments=(str(tmp_path / "no" / "x.svg"), "check the path"))

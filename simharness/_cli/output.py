@@ -293,6 +293,26 @@ def ranks_cell(ranks: Sequence[int] | np.ndarray) -> str:
 
 
 # ------------------------------------------------------------------- writing
+def check_writable(path: str | None, option: str) -> None:
+    """Fail before any work starts when ``path`` (given to ``option``) cannot be written.
+
+    Opens it for appending (an existing file keeps its contents) and removes it again
+    if it did not exist, so a replay does not run every rank and then fail on its report.
+    """
+    if not path or path == "-":
+        return
+    existed = os.path.lexists(path)
+    try:
+        with open(path, "a", encoding="utf-8"):
+            pass
+    except OSError as exc:
+        raise OSError(exc.errno, f"cannot write there ({exc.strerror}); choose a writable "
+                                 f"path for {option}", path) from None
+    if not existed:
+        with contextlib.suppress(OSError):
+            os.unlink(path)
+
+
 class Sink:
     """Text destination: stdout, or ``path`` (written atomically on close).
 
