@@ -11,6 +11,7 @@ it the same way for every source:
 * ``int``: a whole number (never a bool, never ``2.0``, never ``"4"`` from a
   file); command-line text must be decimal digits.
 * ``choice``: one of a listed set of strings (the error lists them).
+* ``names``: a list of Megatron process-group names (``high_priority_stream_groups``).
 * ``str`` / ``ints`` (a list of whole numbers, or ``2,2`` text) / ``any``.
 
 Every refusal is a :class:`~simharness.errors.LayoutError` whose message starts
@@ -45,7 +46,7 @@ class FieldType:
     """How one field's values are read: ``kind``, the smallest whole number, whether
     ``None`` is allowed, and the allowed strings of a ``choice``."""
 
-    kind: str  # "bool", "int", "choice", "str", "ints", "any"
+    kind: str  # "bool", "int", "choice", "names", "str", "ints", "any"
     minimum: int = 1
     nullable: bool = False
     choices: tuple[str, ...] = ()
@@ -242,10 +243,4 @@ def _from_text(name: str, text: str, ftype: FieldType, where: str) -> Any:
     return parse_field(name, word, where=where)
 
 
-def parse_fields(values: dict[str, Any], *, where: str, from_text: bool = False
-                 ) -> dict[str, Any]:
-    """:func:`parse_field` over a mapping of field names."""
-    return {k: parse_field(k, v, where=where, from_text=from_text) for k, v in values.items()}
-
-
-__all__ = ["FIELD_TYPES", "FieldType", "parse_field", "parse_fields"]
+__all__ = ["FIELD_TYPES", "PG_NAMES", "FieldType", "parse_field"]
