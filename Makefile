@@ -1,14 +1,20 @@
 # Quick start: `make demo` and `make test`. Both create .venv when missing.
 VENV ?= .venv
 PY := $(VENV)/bin/python
-TORCH_PIN := torch==2.13.0
+# torch: the spec pip installs, and an optional index to take it from. The default installs
+# torch==2.13.0 from the indexes pip is configured with (PyPI's Linux x86_64 wheel is the CUDA
+# build, several GB). For the CPU build, on a machine that reaches PyTorch's CPU index:
+#   make test TORCH_INDEX_URL=https://download.pytorch.org/whl/cpu
+TORCH_SPEC ?= torch==2.13.0
+TORCH_INDEX_URL ?=
+TORCH_INDEX := $(if $(TORCH_INDEX_URL),--index-url $(TORCH_INDEX_URL))
 
 .PHONY: demo test lint fetch-mcore setup setup-test bench clean
 
 $(VENV)/.base: pyproject.toml
 	test -x $(PY) || python3 -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
-	$(PY) -m pip install -q $(TORCH_PIN)
+	$(PY) -m pip install -q $(TORCH_INDEX) '$(TORCH_SPEC)'
 	$(PY) -m pip install -q -e .
 	touch $@
 

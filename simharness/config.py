@@ -32,6 +32,7 @@ from dataclasses import InitVar, dataclass, field, fields
 from typing import Any, TypeVar
 
 from .errors import LayoutError
+from .fieldtypes import FIELD_TYPES
 from .profiles import DEFAULT_MCORE, DEFAULT_ORDER, MCORE_PROFILES, megatron_kwargs
 from .rules import first_failure
 
@@ -47,6 +48,9 @@ GROUP_FIELDS = (
     "use_gloo_process_groups", "create_all_gather_group",
     "pipeline_model_parallel_comm_backend", "gtp_remat_size", "expert_gtp_remat_size",
 )
+
+# Fields whose value must be a real bool (see simharness.fieldtypes).
+BOOL_FIELDS = tuple(name for name, t in FIELD_TYPES.items() if t.kind == "bool")
 
 # Short flag names users know from Megatron's arguments.
 ALIASES = {
@@ -136,6 +140,12 @@ class ParallelismConfig:
         set_ = lambda k, v: object.__setattr__(self, k, v)  # noqa: E731 (frozen)
         if self.order is None:
             set_("order", TP_PP_DP_ORDER if self.use_tp_pp_dp_mapping else DEFAULT_ORDER)
+        elif self.use_tp_pp_dp_mapping is True and self.order != TP_PP_DP_ORDER:
+            # Two sources of one value: NeMo turns the mapping into this order.
+            raise LayoutError(
+                f"order {self.order!r} conflicts with use_tp_pp_dp_mapping=True (which means "
+                f"order {TP_PP_DP_ORDER!r}); give one of them.",
+                order=self.order, use_tp_pp_dp_mapping=True)
         if self.hierarchical_context_parallel_sizes is not None:
             hcp = self.hierarchical_context_parallel_sizes
             if isinstance(hcp, str):
@@ -175,6 +185,13 @@ class ParallelismConfig:
                  self.encoder_tensor_model_parallel_size, minimum=0)
         _pos_int("encoder_pipeline_model_parallel_size",
                  self.encoder_pipeline_model_parallel_size, minimum=0)
+        for name in BOOL_FIELDS:
+            value = getattr(self, name)
+            if not isinstance(value, bool):
+                shown = f"the string {value!r}" if isinstance(value, str) else repr(value)
+                raise LayoutError(f"{name} must be True or False, got {shown}; pass a bool "
+                                  f"(a string such as 'false' would count as true).",
+                                  **{name: value})
         if not isinstance(self.order, str) or not self.order:
             raise LayoutError(f"order must be a string such as {DEFAULT_ORDER!r}, got "
                               f"{self.order!r}.", order=self.order)
@@ -314,9 +331,15 @@ class ParallelismConfig:
         return out
 
     def replace(self, **changes) -> ParallelismConfig:
-        """A copy with some fields changed (validated again)."""
+        """A copy with some fields changed (validated again).
+
+        The mapping and the order are one value: changing one alone resets the other
+        (a new order drops ``use_tp_pp_dp_mapping`` unless it is that mapping's order).
+        """
         if "use_tp_pp_dp_mapping" in changes and "order" not in changes:
             changes["order"] = None
+        elif "order" in changes and "use_tp_pp_dp_mapping" not in changes:
+            changes["use_tp_pp_dp_mapping"] = changes["order"] == TP_PP_DP_ORDER
         data = {f.name: getattr(self, f.name) for f in fields(self)}
         data.update(changes)
         return ParallelismConfig(**data)

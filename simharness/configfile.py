@@ -10,15 +10,20 @@ Two shapes are accepted, both with NeMo's field names:
       world_size: 16
 
 * a NeMo recipe, whose ``trainer.strategy`` section (a ``MegatronStrategy``)
-  holds the parallelism fields; ``trainer.devices`` and ``trainer.num_nodes``
-  give the world when both are whole numbers. Nested ``parallelism`` or
-  ``parallel_config`` mappings inside the strategy are merged in. The
-  strategy's keys that do not shape process groups (``ddp``, ``ckpt_*``,
-  ``_target_``...) are ignored; any other unknown key is an error.
+  holds the parallelism fields; ``trainer.devices`` (a number, or a list of
+  device ids) x ``trainer.num_nodes`` (Lightning's defaults: ``auto`` and 1)
+  give the world; ``devices: auto`` leaves it to the caller (``devices_auto``).
+  Nested ``parallelism`` or ``parallel_config`` mappings inside the strategy
+  are merged in. The strategy's keys that do not shape process groups (``ddp``,
+  ``ckpt_*``, ``_target_``...) are ignored; any other unknown key is an error,
+  and so is a parallelism field outside ``trainer.strategy`` (NeMo ignores it).
 
-Every problem is a :class:`ConfigFileError` whose message names the file
-(and the line, where the parser reports one) and the fix. The module is pure
-apart from reading the file: no click, no torch.
+Values are read strictly (:mod:`simharness.fieldtypes`), and a key written twice
+(YAML or JSON), an alias next to its field, or a ``world_size`` that disagrees
+with nodes x GPUs per node is an error. Every problem is a
+:class:`ConfigFileError` whose message names the file (and the line, where the
+parser reports one) and the fix. The module is pure apart from reading the
+file: no click, no torch.
 
 >>> cf = parse_config_text("trainer:\\n  devices: 8\\n  num_nodes: 2\\n"
 ...                        "  strategy:\\n    tensor_model_parallel_size: 2\\n", "job.yaml")
@@ -75,6 +80,7 @@ class ConfigFile:
     mcore: str | None = None
     nodes: int | None = None
     gpus_per_node: int | None = None
+    devices_auto: bool = False  # trainer.devices 'auto'/-1: GPUs per node not written
 
     @property
     def world_size(self) -> int | None:
@@ -96,7 +102,7 @@ def _format(path: str, text: str) -> str:
 def _parse(text: str, path: str, fmt: str) -> Any:
     if fmt == "json":
         try:
-            return json.loads(text)
+            return json.loads(text, object_pairs_hook=lambda pairs: _no_duplicates(pairs, path))
         except json.JSONDecodeError as exc:
             raise ConfigFileError(f"{path}:{exc.lineno}: invalid JSON: {exc.msg} (column "
                                   f"{exc.colno}); fix the syntax.", path=path,
@@ -120,7 +126,7 @@ def _parse(text: str, path: str, fmt: str) -> Any:
     import yaml
 
     try:
-        return yaml.safe_load(text)
+        return yaml.load(text, Loader=_yaml_loader(path))  # noqa: S506 - a SafeLoader subclass
     except yaml.MarkedYAMLError as exc:
         mark = exc.problem_mark or exc.context_mark
         line = mark.line + 1 if mark is not None else None
@@ -131,6 +137,49 @@ def _parse(text: str, path: str, fmt: str) -> Any:
     except yaml.YAMLError as exc:
         raise ConfigFileError(f"{path}: invalid YAML: {' '.join(str(exc).split())}.",
                               path=path) from None
+
+
+def _no_duplicates(pairs: list[tuple[str, Any]], path: str) -> dict[str, Any]:
+    """A JSON object, refusing a key given twice (json keeps the last one silently)."""
+    out: dict[str, Any] = {}
+    for key, value in pairs:
+        if key in out:
+            raise ConfigFileError(
+                f"{path}: key {key!r} appears twice (values {out[key]!r} and {value!r}); JSON "
+                f"would keep the last one silently. Keep one of them.", path=path)
+        out[key] = value
+    return out
+
+
+def _yaml_loader(path: str):
+    """A SafeLoader that refuses a mapping key given twice (PyYAML keeps the last)."""
+    import yaml
+
+    class StrictLoader(yaml.SafeLoader):
+        pass
+
+    def construct_mapping(loader, node, deep=False):
+        seen: dict[Any, int] = {}
+        for key_node, _ in node.value:  # the keys written here; '<<' merges may be overridden
+            if key_node.tag == "tag:yaml.org,2002:merge":
+                continue
+            key = loader.construct_object(key_node, deep=True)
+            try:
+                first = seen.get(key)
+            except TypeError:  # an unhashable key: PyYAML's own error follows
+                continue
+            line = key_node.start_mark.line + 1
+            if first is not None:
+                raise ConfigFileError(
+                    f"{path}:{line}: key {key!r} appears twice (lines {first} and {line}); "
+                    f"YAML would keep the last one silently. Keep one of them.",
+                    path=path, line=line)
+            seen[key] = line
+        return yaml.SafeLoader.construct_mapping(loader, node, deep=deep)
+
+    StrictLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG,
+                                 construct_mapping)
+    return StrictLoader
 
 
 def _whole(path: str, key: str, value: Any) -> int | None:
@@ -156,24 +205,74 @@ _KNOWN = set(ParallelismConfig.field_names()) | set(ALIASES)
 
 
 def config_from_mapping(data: Any, path: str = "<config>") -> ConfigFile:
-    """Interpret a parsed document (bare fields or a NeMo recipe)."""
+    """Interpret a parsed document (bare fields or a NeMo recipe).
+
+    Every value is read by :func:`simharness.fieldtypes.parse_field` (a quoted
+    ``"false"`` is refused, ``2.0`` is not a whole number), and two keys that give
+    the same value (an alias and its full name, ``world_size`` and the nodes x GPUs,
+    a strategy key and its nested ``parallelism`` copy) must agree.
+    """
     if not isinstance(data, Mapping):
         kind = "empty" if data is None else f"a {type(data).__name__}"
         raise ConfigFileError(f"{path}: expected a mapping of configuration fields, the file is "
                               f"{kind}; write e.g. 'tensor_model_parallel_size: 2'.", path=path)
+    devices_auto = False
     if "trainer" in data or "strategy" in data:
-        fields_, nodes, gpus = _from_recipe(data, path)
+        fields_, nodes, gpus, devices_auto = _from_recipe(data, path)
+        where_nodes = "trainer.num_nodes x trainer.devices"
+        if "world_size" in data:  # a top-level world next to the recipe
+            fields_["world_size"] = _typed(path, "world_size", data["world_size"])
+        stray = sorted(str(k) for k in data if str(k) in _KNOWN and k != "world_size")
+        if stray:  # NeMo reads the parallelism from trainer.strategy only
+            raise ConfigFileError(
+                f"{path}: {', '.join(stray)} at the top level of a recipe would be ignored (NeMo "
+                f"reads parallelism from trainer.strategy); move it into trainer.strategy.",
+                path=path)
     else:
         fields_, unknown = _known_fields(data, skip=lambda key: key in EXTRA_KEYS)
         if unknown:
             raise _unknown(path, "the file", unknown, _KNOWN | set(EXTRA_KEYS))
+        fields_ = _canonical(fields_, path, "the file")
         nodes = _whole(path, "nodes", data.get("nodes"))
         gpus = _whole(path, "gpus_per_node", data.get("gpus_per_node"))
+        where_nodes = "nodes x gpus_per_node"
+    world = fields_.get("world_size")
+    if world is not None and nodes is not None and gpus is not None and world != nodes * gpus:
+        raise ConfigFileError(
+            f"{path}: world_size {world} conflicts with {where_nodes} = {nodes} x {gpus} = "
+            f"{nodes * gpus}; keep one of them (or make them agree).", path=path)
     mcore = data.get("mcore")
-    # Normalise aliases to field names so later overrides replace them.
-    fields_ = {ALIASES.get(k, k): v for k, v in fields_.items()}
     return ConfigFile(path=path, fields=fields_, mcore=None if mcore is None else str(mcore),
-                      nodes=nodes, gpus_per_node=gpus)
+                      nodes=nodes, gpus_per_node=gpus, devices_auto=devices_auto)
+
+
+def _typed(path: str, name: str, value: Any, where: str = "") -> Any:
+    """``value`` read strictly (:mod:`simharness.fieldtypes`); errors name the file."""
+    from .errors import LayoutError
+    from .fieldtypes import parse_field
+
+    try:
+        return parse_field(name, value, where=f"{path}{where}")
+    except LayoutError as exc:
+        raise ConfigFileError(str(exc), path=path) from None
+
+
+def _canonical(fields_: dict[str, Any], path: str, where: str) -> dict[str, Any]:
+    """Aliases resolved to field names and every value read strictly; an alias and its
+    field both given (``tp: 2`` and ``tensor_model_parallel_size: 4``) is an error."""
+    out: dict[str, Any] = {}
+    spelled: dict[str, str] = {}
+    suffix = "" if where == "the file" else f" ({where})"
+    for key, value in fields_.items():
+        name = ALIASES.get(key, key)
+        value = _typed(path, name, value, suffix)
+        if name in out and out[name] != value:
+            raise ConfigFileError(
+                f"{path}: {spelled[name]}: {out[name]!r} and {key}: {value!r} in {where} set "
+                f"the same field ({name}) to different values; keep one of them.", path=path)
+        out[name] = value
+        spelled[name] = key
+    return out
 
 
 def _known_fields(items: Mapping, skip: Callable[[str], bool]) -> tuple[dict[str, Any], list[str]]:
@@ -189,8 +288,10 @@ def _known_fields(items: Mapping, skip: Callable[[str], bool]) -> tuple[dict[str
     return fields_, unknown
 
 
-def _from_recipe(data: Mapping, path: str) -> tuple[dict[str, Any], int | None, int | None]:
-    """Fields, nodes and GPUs per node of a NeMo recipe (``trainer.strategy``)."""
+def _from_recipe(data: Mapping, path: str
+                 ) -> tuple[dict[str, Any], int | None, int | None, bool]:
+    """Fields, nodes, GPUs per node of a NeMo recipe (``trainer.strategy``), and whether
+    ``trainer.devices`` leaves the GPUs per node to the machine (``auto`` or -1)."""
     trainer = data.get("trainer", {}) if "trainer" in data else {}
     if not isinstance(trainer, Mapping):
         raise ConfigFileError(f"{path}: 'trainer' must be a mapping.", path=path)
@@ -201,24 +302,48 @@ def _from_recipe(data: Mapping, path: str) -> tuple[dict[str, Any], int | None, 
             f"fields; add one, or write the ParallelismConfig fields at the top level.",
             path=path)
     merged: dict[str, Any] = {}
-    for key, value in strategy.items():
-        if key in STRATEGY_NESTED:
-            if not isinstance(value, Mapping):
-                raise ConfigFileError(f"{path}: trainer.strategy.{key} must be a mapping.",
-                                      path=path)
-            merged.update(value)
-        else:
-            merged[key] = value
-    fields_, unknown = _known_fields(
-        merged, skip=lambda key: key in STRATEGY_IGNORED or key.startswith(("ckpt_", "_")))
-    if unknown:
-        raise _unknown(path, "trainer.strategy", unknown, _KNOWN)
+    source: dict[str, str] = {}
+    nested = [(k, v) for k, v in strategy.items() if k in STRATEGY_NESTED]
+    own = [(k, v) for k, v in strategy.items() if k not in STRATEGY_NESTED]
+    for key, value in nested:
+        if not isinstance(value, Mapping):
+            raise ConfigFileError(f"{path}: trainer.strategy.{key} must be a mapping.",
+                                  path=path)
+    for where, items in [("trainer.strategy", own)] + [
+            (f"trainer.strategy.{k}", list(v.items())) for k, v in nested]:
+        fields_, unknown = _known_fields(
+            dict(items), skip=lambda key: key in STRATEGY_IGNORED or key.startswith(("ckpt_", "_")))
+        if unknown:
+            raise _unknown(path, where, unknown, _KNOWN)
+        for name, value in _canonical(fields_, path, where).items():
+            if name in merged and merged[name] != value:
+                raise ConfigFileError(
+                    f"{path}: {source[name]}.{name} is {merged[name]!r} but {where}.{name} is "
+                    f"{value!r}: they disagree; keep one of them.", path=path)
+            merged[name] = value
+            source[name] = where
+    # Lightning's Trainer defaults: num_nodes=1, devices="auto".
     nodes = trainer.get("num_nodes")
-    gpus = trainer.get("devices")
-    # 'auto', -1 or a list of devices say nothing about the world.
-    nodes = nodes if isinstance(nodes, int) and not isinstance(nodes, bool) else None
-    gpus = gpus if isinstance(gpus, int) and not isinstance(gpus, bool) and gpus > 0 else None
-    return fields_, nodes, gpus
+    if nodes is not None:
+        nodes = _whole(path, "trainer.num_nodes", nodes)
+    gpus, auto = _devices(path, trainer.get("devices", "auto" if nodes is not None else None))
+    if gpus is not None and nodes is None:
+        nodes = 1
+    return merged, nodes, gpus, auto
+
+
+def _devices(path: str, devices: Any) -> tuple[int | None, bool]:
+    """GPUs per node from ``trainer.devices``, and whether it is ``auto`` (or -1)."""
+    if isinstance(devices, (list, tuple)):  # explicit device ids: one process per id
+        return len(devices) or None, False
+    if devices in ("auto", -1, "-1"):
+        return None, True
+    if isinstance(devices, str) and "," in devices:  # Lightning's "0,1,2,3": device ids
+        return len([d for d in devices.split(",") if d.strip()]) or None, False
+    if isinstance(devices, str) and devices.strip().isascii() and devices.strip().isdigit():
+        raise ConfigFileError(f"{path}: trainer.devices is the string {devices!r}; write "
+                              f"{devices.strip()} without quotes.", path=path)
+    return (None if devices is None else _whole(path, "trainer.devices", devices)), False
 
 
 def parse_config_text(text: str, path: str = "<config>", fmt: str | None = None) -> ConfigFile:

@@ -61,9 +61,11 @@ def read_plan(path: str, missing_hint: str = "check the path") -> Layout:
             text = fh.read()
     except FileNotFoundError:
         raise ConfigFileError(f"{path}: no such file; {missing_hint}.", path=path) from None
-    except (OSError, UnicodeDecodeError) as exc:
-        raise ConfigFileError(f"{path}: cannot read: {getattr(exc, 'strerror', exc)}.",
-                              path=path) from None
+    except UnicodeDecodeError:
+        raise ConfigFileError(f"{path}: not a text file; expected the JSON that "
+                              f"'simharness export' writes.", path=path) from None
+    except OSError as exc:
+        raise ConfigFileError(f"{path}: cannot read: {exc.strerror}.", path=path) from None
     try:
         return Layout.from_json(text)
     except SimharnessError as exc:

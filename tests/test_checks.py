@@ -176,11 +176,12 @@ def test_creation_order_that_skips_groups_is_caught():
 
 
 @pytest.mark.parametrize("kw,code", [
-    (dict(world_size=16, tensor_model_parallel_size=2, expert_tensor_parallel_size=4),
+    (dict(world_size=6, tensor_model_parallel_size=2, expert_tensor_parallel_size=3),
      "suspicious-etp"),
     (dict(world_size=24, tensor_model_parallel_size=4, expert_tensor_parallel_size=3),
      "suspicious-etp"),
-    (dict(world_size=8, expert_model_parallel_size=4), "suspicious-ep"),
+    (dict(world_size=12, tensor_model_parallel_size=4, expert_tensor_parallel_size=2,
+          expert_model_parallel_size=3), "suspicious-ep"),
     (dict(world_size=8, tensor_model_parallel_size=2, context_parallel_size=4,
           num_distributed_optimizer_instances=2), "suspicious-instances"),
 ])

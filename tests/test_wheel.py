@@ -68,8 +68,12 @@ def _packages_on_disk(src: Path) -> set[str]:
 def wheel(tmp_path_factory) -> Path:
     base = tmp_path_factory.mktemp("wheel")
     src = _copy_sources(base / "src")
-    _run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q",
-          "-w", base / "dist", src], cwd=base)
+    build = _run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation",
+                  "-v", "-w", base / "dist", src], cwd=base)
+    # A quiet install (issue 16): setuptools prints no warning (e.g. a data folder that
+    # Python can import but that is missing from pyproject.toml's packages).
+    log = build.stdout + build.stderr
+    assert "Warning" not in log and "!!" not in log, log[-3000:]
     (whl,) = (base / "dist").glob("simharness-*.whl")
     return whl
 

@@ -78,6 +78,7 @@ import click
 
 from ..config import ALIASES, DEFAULT_MCORE, MCORE_PROFILES, TP_PP_DP_ORDER, ParallelismConfig
 from ..errors import SimharnessError
+from ..fieldtypes import FIELD_TYPES
 from ..profiles import profiles_help
 
 if TYPE_CHECKING:
@@ -131,6 +132,8 @@ class SimharnessGroup(click.Group):
         except no_args_help as exc:  # bare `simharness` / `simharness topology`: the help
             click.echo(exc.format_message(), color=exc.ctx.color)
             sys.exit(0)
+        except click.NoSuchOption as exc:
+            _error(_no_such_option(exc) + _usage_hint(exc), exc.exit_code)
         except click.ClickException as exc:
             _error(exc.format_message() + _usage_hint(exc), exc.exit_code)
         except SimharnessError as exc:
@@ -138,9 +141,11 @@ class SimharnessGroup(click.Group):
         except BrokenPipeError:
             _silence_stdout()
             sys.exit(0)
+        except UnicodeDecodeError as exc:  # a reader that missed its own check: still one line
+            _error(f"an input file is not UTF-8 text (byte {exc.start}: {exc.reason}); "
+                   f"pass the text file the option expects", 2)
         except OSError as exc:
-            where = f"{exc.filename}: " if getattr(exc, "filename", None) else ""
-            _error(f"{where}{exc.strerror or exc}", 2)
+            _error(_os_error_line(exc), 2)
         except (click.Abort, KeyboardInterrupt, EOFError):
             _error("aborted", 130)
         sys.exit(rv if isinstance(rv, int) else 0)
@@ -169,6 +174,47 @@ class SimharnessGroup(click.Group):
                                    f"{', '.join(names)}.", ctx) from None
 
 
+def _os_error_line(exc: OSError) -> str:
+    """``PATH: what went wrong; the fix`` for a file the command could not read or write."""
+    import errno
+
+    path = getattr(exc, "filename", None)
+    text = str(exc.strerror or exc)
+    if path is None or ";" in text:  # no path, or a message that already says what to do
+        return f"{path}: {text}" if path else text
+    fixes = {errno.ENOENT: "check the path (its folder must exist)",
+             errno.EACCES: "choose a path you may read or write",
+             errno.EROFS: "choose a path on a writable file system",
+             errno.EISDIR: "give a file name, not a folder",
+             errno.ENOSPC: "free some space or choose another disk"}
+    return f"{path}: {text}; {fixes.get(exc.errno or 0, 'check the path and its permissions')}"
+
+
+def _no_such_option(exc: click.NoSuchOption) -> str:
+    """Click's 'no such option', with a suggestion only when it is likely meant.
+
+    A ParallelismConfig field without a flag of its own (``--sequence-parallel``)
+    points at ``--set``; otherwise only a close spelling (difflib ratio >= 0.75) is
+    offered: click's own cut-off turns ``--sequence-parallel`` into
+    ``--context-parallel-size``.
+    """
+    import difflib
+
+    option = exc.option_name
+    message = f"no such option '{option}'"
+    field = ALIASES.get(option.lstrip("-").replace("-", "_"),
+                        option.lstrip("-").replace("-", "_"))
+    params = {p.name for p in exc.ctx.command.params} if exc.ctx is not None else set()
+    if field in ParallelismConfig.field_names() and "set_fields" in params:
+        ftype = FIELD_TYPES.get(field)
+        example = "true" if ftype is not None and ftype.kind == "bool" else "VALUE"
+        return (f"{message}; {field} has no flag of its own: pass it as "
+                f"--set {field}={example}.")
+    close = difflib.get_close_matches(option, sorted(exc.possibilities or ()), n=1,
+                                      cutoff=0.75)
+    return message + (f"; did you mean '{close[0]}'?" if close else ".")
+
+
 def _error(message: str, code: int) -> NoReturn:
     try:
         sys.stdout.flush()
@@ -192,6 +238,8 @@ def _csv_ints(ctx, param, value):
         return None
     parts = [p for p in value.replace(" ", "").split(",") if p]
     try:
+        if not parts:  # an empty value must not quietly mean "no hierarchy"
+            raise ValueError(value)
         return tuple(int(p) for p in parts)
     except ValueError:
         raise click.BadParameter(f"expected integers separated by commas such as 2,2, got "
@@ -199,7 +247,10 @@ def _csv_ints(ctx, param, value):
 
 
 def _field_value(ctx, param, values):
-    import yaml
+    """``--set FIELD=VALUE`` items as ``(field, value, item)``: the field name (aliases
+    resolved), its value read strictly from text (:mod:`simharness.fieldtypes`)."""
+    from ..errors import LayoutError
+    from ..fieldtypes import parse_field
 
     out = []
     for item in values or ():
@@ -207,11 +258,21 @@ def _field_value(ctx, param, values):
             raise click.BadParameter(f"expected FIELD=VALUE such as use_sharp=true, got "
                                      f"{item!r}.", ctx, param)
         key, _, raw = item.partition("=")
+        key = key.strip().replace("-", "_")
+        name = ALIASES.get(key, key)
+        if name not in ParallelismConfig.field_names():
+            import difflib
+
+            close = difflib.get_close_matches(key, sorted(ParallelismConfig.field_names()), n=1)
+            raise click.BadParameter(
+                f"{item!r}: unknown field {key!r}" + (f" (did you mean {close[0]!r}?)"
+                                                       if close else "")
+                + "; use a ParallelismConfig field name such as use_sharp.", ctx, param)
         try:
-            value = yaml.safe_load(raw) if raw.strip() else None
-        except yaml.YAMLError:
-            value = raw
-        out.append((key.strip().replace("-", "_"), value))
+            value = parse_field(name, raw, where=item, from_text=True)
+        except LayoutError as exc:
+            raise click.BadParameter(str(exc), ctx, param) from None
+        out.append((name, value, item))
     return tuple(out)
 
 
@@ -323,8 +384,11 @@ def config_flags_given(**kwargs) -> list[str]:
 
 
 def _read_file(path: str | None) -> ConfigFile | None:
-    if not path:
+    if path is None:
         return None
+    if not path.strip():
+        fail("--config was given an empty path; pass a YAML, TOML or JSON file, or leave "
+             "--config out.")
     from ..configfile import read_config_file
 
     return read_config_file(path)
@@ -338,9 +402,17 @@ def config_fields_from_options(**kwargs) -> tuple[dict[str, Any], str]:
     """
     cf = _read_file(kwargs.get("config_file"))
     fields: dict[str, Any] = dict(cf.fields) if cf else {}
-    for key, value in kwargs.get("set_fields") or ():
-        fields[ALIASES.get(key, key)] = value
     flags = {name: kwargs[name] for name in _FIELD_PARAMS if kwargs.get(name) is not None}
+    set_items: dict[str, tuple[Any, str]] = {}
+    for entry in kwargs.get("set_fields") or ():
+        name, value, item = entry if len(entry) == 3 else (*entry, f"{entry[0]}={entry[1]}")
+        name = ALIASES.get(name, name)
+        if name in set_items and set_items[name][0] != value:
+            fail(f"--set {set_items[name][1]} and --set {item} give {name} two values; "
+                 f"give it once.")
+        set_items[name] = (value, item)
+        _no_flag_conflict(name, value, item, flags, kwargs)
+        fields[name] = value
     if ("use_tp_pp_dp_mapping" in flags and "order" not in flags
             and flags["use_tp_pp_dp_mapping"]
             and fields.get("order") not in (None, TP_PP_DP_ORDER)):
@@ -358,7 +430,24 @@ def config_fields_from_options(**kwargs) -> tuple[dict[str, Any], str]:
                  f"= {nodes * gpn}; give only one of them.")
         fields["world_size"] = nodes * gpn
     elif world is None and cf is not None and cf.world_size is not None:
-        fields["world_size"] = cf.world_size
+        flag_gpn = kwargs.get("gpus_per_node")
+        if flag_gpn is not None and cf.gpus_per_node is not None \
+                and flag_gpn != cf.gpus_per_node and "world_size" not in set_items:
+            fail(f"--gpus-per-node {flag_gpn} conflicts with {cf.path}'s {cf.gpus_per_node} GPUs "
+                 f"per node (its world is {cf.world_size} ranks); give -n or --nodes with "
+                 f"--gpus-per-node, or drop --gpus-per-node.")
+        if "world_size" not in set_items:
+            fields["world_size"] = cf.world_size
+    elif world is None and cf is not None and cf.nodes is not None \
+            and "world_size" not in set_items:
+        # A file's node count without its GPUs per node: --gpus-per-node (else 8, as for
+        # --nodes) for the bare form; a recipe's devices 'auto' has no default to assume.
+        if cf.devices_auto and kwargs.get("gpus_per_node") is None:
+            fail(f"{cf.path}: trainer.devices is 'auto' (Lightning's default when it is not "
+                 f"written) with trainer.num_nodes {cf.nodes}, so "
+                 f"the world depends on the GPUs per node; pass --gpus-per-node (world = "
+                 f"{cf.nodes} x it) or -n, or write trainer.devices as a number.")
+        fields["world_size"] = cf.nodes * _gpus_per_node(kwargs, cf)
     mcore = kwargs.get("mcore")
     if isinstance(mcore, (tuple, list)):
         mcore = mcore[0] if mcore else None
@@ -367,6 +456,32 @@ def config_fields_from_options(**kwargs) -> tuple[dict[str, Any], str]:
     from ..profiles import check_profile
 
     return fields, check_profile(mcore)
+
+
+# Flags that set a field besides the field's own flag (--nodes sets world_size).
+_FLAG_DECLS = {name: decls for name, decls, _ in _CONFIG_OPTIONS}
+
+
+def _no_flag_conflict(name: str, value: Any, item: str, flags: dict[str, Any],
+                      kwargs: dict[str, Any]) -> None:
+    """``--set`` must not give a different value to a field a flag also sets."""
+    flag = "/".join(d.split("/")[0] for d in _FLAG_DECLS.get(name, ())[:2])
+    given = flags.get(name)
+    if name == "world_size" and kwargs.get("nodes") is not None:
+        gpn = kwargs.get("gpus_per_node") or DEFAULT_GPUS_PER_NODE
+        flag, given = f"--nodes {kwargs['nodes']} x --gpus-per-node {gpn} =", \
+            kwargs["nodes"] * gpn
+    if name == "order" and flags.get("use_tp_pp_dp_mapping") and value != TP_PP_DP_ORDER:
+        fail(f"--set {item} conflicts with --use-tp-pp-dp-mapping (order {TP_PP_DP_ORDER}); "
+             f"give one of them.")
+    if given is not None and given != value:
+        decls = _FLAG_DECLS.get(name, ("",))
+        if isinstance(given, bool) and "/" in decls[0]:  # --gloo / --no-gloo: the one given
+            on, off = decls[0].split("/")
+            said = on if given else off
+        else:
+            said = f"{flag} {','.join(map(str, given)) if isinstance(given, tuple) else given}"
+        fail(f"{said} conflicts with --set {item}: both set {name}; give one of them.")
 
 
 def config_from_options(**kwargs) -> tuple[ParallelismConfig, str]:

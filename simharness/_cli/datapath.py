@@ -92,6 +92,7 @@ def replay_data_cmd(ctx, plan_path, kind, steps, dense_buckets, expert_buckets, 
     from ..replay.launcher import write_report
 
     layout, _ = layout_for_replay(plan_path, "plan", kwargs)
+    out.check_writable(report_path, "--report")  # before any rank starts
     if swap:
         a, b, swap_kind = parse_swap(swap)
         layout = swap_ranks(layout, a, b, swap_kind)

@@ -338,6 +338,11 @@ def _inspect_grid(layout: Layout, kind: str, gpn: int, fmt: str, quiet: bool,
     ok = idx.present
     crosses_rank[ok] = spans.n_nodes[idx.group[ok]] > 1
     head, tail = out.head_tail(n_nodes, show_all=show_all)
+    partial = world % gpn  # ranks on the last node (0: every node full)
+    note = (f"note: {world} ranks are not a multiple of {gpn} GPUs per node: node "
+            f"{n_nodes - 1} holds {partial} rank(s) and {gpn - partial} idle GPU(s); use a world "
+            f"of {world - partial or gpn} or {world - partial + gpn} ranks to fill whole nodes, or "
+            f"--gpus-per-node for another node size" if partial else None)
     if fmt == "json":
         def node_row(n):
             lo, hi = n * gpn, min(world, (n + 1) * gpn)
@@ -348,7 +353,8 @@ def _inspect_grid(layout: Layout, kind: str, gpn: int, fmt: str, quiet: bool,
             "kind": kind, "gpus_per_node": gpn, "nodes": n_nodes,
             "n_groups": int(spans.n_nodes.size), "groups_crossing_nodes": int(crossing.size),
             "crossing_groups": crossing.tolist() if show_all else crossing[:64].tolist(),
-            "truncated": bool(tail), "grid": [node_row(n) for n in head + tail]})
+            "truncated": bool(tail), "grid": [node_row(n) for n in head + tail],
+            "note": note})
         return
     if fmt == "csv":
         ranks = np.arange(world)
@@ -356,6 +362,8 @@ def _inspect_grid(layout: Layout, kind: str, gpn: int, fmt: str, quiet: bool,
                      zip((ranks // gpn).tolist(), (ranks % gpn).tolist(),
                          (ranks + layout.rank_offset).tolist(), idx.group.tolist(),
                          crosses_rank.astype(int).tolist(), strict=True))
+        if note:
+            out.echo(note, err=True)
         return
     palette = ("red", "green", "yellow", "blue", "magenta", "cyan")
     rw = len(str(layout.ranks.stop - 1))
@@ -382,6 +390,8 @@ def _inspect_grid(layout: Layout, kind: str, gpn: int, fmt: str, quiet: bool,
         rows.append(out.more_line(n_nodes - len(head) - len(tail), "nodes", hint=not quiet))
         rows += [node_line(n) for n in tail]
     out.echo(out.render_table(None if quiet else header, rows, align="r" + "l" * gpn))
+    if note:  # on stderr, so it reaches the user with --quiet and leaves the data clean
+        out.echo(out.style(note, fg="yellow"), err=True)
     if quiet:
         return
     out.echo()
@@ -435,7 +445,10 @@ def _read_side(path: str, kwargs: dict) -> Layout:
         with open(path, encoding="utf-8") as fh:
             head = fh.read(4096)
     except FileNotFoundError:
-        raise ConfigFileError(f"{path}: no such file.", path=path) from None
+        raise ConfigFileError(f"{path}: no such file; check the path.", path=path) from None
+    except UnicodeDecodeError:
+        raise ConfigFileError(f"{path}: not a text file; diff takes exported layouts (JSON) or "
+                              f"configuration files (YAML, TOML, JSON).", path=path) from None
     except OSError as exc:
         raise ConfigFileError(f"{path}: cannot read: {exc.strerror}.", path=path) from None
     if head.lstrip().startswith("{") and '"schema"' in head:
@@ -532,9 +545,8 @@ def diff_cmd(files, fmt, quiet, show_all, toggles, changes, exit_code, **kwargs)
 
 
 def _parse_change(item: str) -> tuple[str, Any]:
-    """``--change FIELD=VALUE``: the field name (aliases resolved) and the YAML value."""
-    import yaml
-
+    """``--change FIELD=VALUE``: the field name (aliases resolved) and the value, read as
+    ``--set`` reads it (:func:`simharness.fieldtypes.parse_field`)."""
     from ..config import ALIASES
 
     if "=" not in item:
@@ -550,10 +562,13 @@ def _parse_change(item: str) -> tuple[str, Any]:
              + (f" (did you mean {close[0]!r}?)" if close else "")
              + "; use a ParallelismConfig field name such as "
                "tensor_model_parallel_size or tp.")
+    from ..errors import LayoutError
+    from ..fieldtypes import parse_field
+
     try:
-        return key, yaml.safe_load(raw)
-    except yaml.YAMLError:
-        return key, raw
+        return key, parse_field(key, raw, where=f"--change {item}", from_text=True)
+    except LayoutError as exc:
+        fail(str(exc))
 
 
 def _changed_sides(kwargs: dict, mcores: tuple[str, ...], toggles: Sequence[str],

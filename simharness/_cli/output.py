@@ -293,6 +293,26 @@ def ranks_cell(ranks: Sequence[int] | np.ndarray) -> str:
 
 
 # ------------------------------------------------------------------- writing
+def check_writable(path: str | None, option: str) -> None:
+    """Fail before any work starts when ``path`` (given to ``option``) cannot be written.
+
+    Opens it for appending (an existing file keeps its contents) and removes it again
+    if it did not exist, so a replay does not run every rank and then fail on its report.
+    """
+    if not path or path == "-":
+        return
+    existed = os.path.lexists(path)
+    try:
+        with open(path, "a", encoding="utf-8"):
+            pass
+    except OSError as exc:
+        raise OSError(exc.errno, f"cannot write there ({exc.strerror}); choose a writable "
+                                 f"path for {option}", path) from None
+    if not existed:
+        with contextlib.suppress(OSError):
+            os.unlink(path)
+
+
 class Sink:
     """Text destination: stdout, or ``path`` (written atomically on close).
 
@@ -309,7 +329,12 @@ class Sink:
             if not os.path.isdir(directory):
                 raise FileNotFoundError(2, "no such directory (create it first)", directory)
             tmp = f"{self.path}.tmp{os.getpid()}"
-            self._file = (open(tmp, "w", encoding="utf-8", newline=""), tmp, self.path)
+            try:  # errors name the user's path, not the temporary file beside it
+                fh = open(tmp, "w", encoding="utf-8", newline="")  # noqa: SIM115 - closed in exit
+            except OSError as exc:
+                raise OSError(exc.errno, f"cannot write there ({exc.strerror}); choose a "
+                                         f"writable path for the output", self.path) from None
+            self._file = (fh, tmp, self.path)
         return self
 
     def write(self, text: str) -> None:
@@ -323,7 +348,13 @@ class Sink:
             fh, tmp, path = self._file
             fh.close()
             if exc_type is None:
-                os.replace(tmp, path)
+                try:
+                    os.replace(tmp, path)
+                except OSError as err:
+                    with contextlib.suppress(OSError):
+                        os.unlink(tmp)
+                    raise OSError(err.errno, f"cannot write there ({err.strerror}); choose a "
+                                             f"writable path for the output", path) from None
             else:
                 with contextlib.suppress(OSError):
                     os.unlink(tmp)

@@ -167,6 +167,7 @@ def replay_cmd(ctx, plan_path, engine, timeout, overlap_bytes, iters, report_pat
                                   overlap_bytes=overlap_bytes, iters=iters,
                                   report_path=report_path or "replay-report.json"))
         return
+    out.check_writable(report_path, "--report")  # before any rank starts
     if save_plan:
         write_plan(layout, save_plan)
     opts = ReplayOptions(backend=backend or "gloo", engine=engine, timeout=timeout,

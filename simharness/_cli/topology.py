@@ -199,29 +199,73 @@ def _layout_and_cluster(topology: str, kwargs: dict, *, hosts_list, first_device
         raise TopologyError(f"--gpus-per-node {given_gpn} contradicts topology {spec.name!r} "
                             f"({gpn} GPUs per node); drop --gpus-per-node")
     nodes = kwargs.get("nodes")
-    if nodes is None and kwargs.get("world_size") is None and not kwargs.get("config_file") \
-            and not hosts_list:
+    world_given = kwargs.get("world_size") is not None or any(
+        entry[0] == "world_size" for entry in kwargs.get("set_fields") or ())
+    if nodes is None and not world_given and not kwargs.get("config_file") and not hosts_list:
         nodes = spec.default_nodes  # no size given: fill the topology's default cluster
     opts = dict(kwargs, gpus_per_node=gpn, nodes=nodes)
-    if kwargs.get("world_size") is not None:
+    if kwargs.get("config_file"):  # the file's GPUs per node against the topology's
+        from ..configfile import read_config_file
+
+        cf = read_config_file(kwargs["config_file"])
+        if cf.gpus_per_node is not None and cf.gpus_per_node != gpn and given_gpn is None:
+            if not hosts_list:
+                raise TopologyError(
+                    f"{cf.path} runs {cf.gpus_per_node} GPUs per node but topology "
+                    f"{spec.name!r} has {gpn}; pick a topology with {cf.gpus_per_node} GPUs "
+                    f"per node, or pass --hosts to say where each rank runs")
+            opts["gpus_per_node"] = None  # the file's world; --hosts places the ranks
+    if world_given:
         opts["nodes"] = None  # --nodes sizes the cluster, --world-size the layout
     layout = layout_from_options(**opts)
-    if nodes is None:
+    if nodes is None:  # derived: errors must not name a --nodes the user never gave
         last = (layout.rank_offset if first_device is None else first_device) + layout.world_size
-        nodes = max(-(-last // gpn), len(set(hosts_list)) if hosts_list else 0, 1)
+        n_hosts = len(set(hosts_list)) if hosts_list else 0
+        nodes = max(-(-last // gpn), n_hosts, 1)
+        limit = _node_limit(spec)
+        if limit is not None and nodes > limit:
+            why = (f"--hosts names {n_hosts} hosts" if n_hosts > -(-last // gpn) else
+                   f"{last} ranks need {nodes} nodes of {gpn} GPUs")
+            raise TopologyError(
+                f"{why}, but topology {spec.name!r} holds at most {limit} node(s) "
+                f"({limit * gpn} GPUs); pick a bigger topology (simharness topology list) or "
+                f"a world of at most {limit * gpn - (last - layout.world_size)} ranks")
     return layout, load_cluster(spec, nodes)
+
+
+def _node_limit(spec) -> int | None:
+    """The most nodes ``spec`` can hold (the limits :class:`Cluster` enforces), or None."""
+    limits = [spec.max_nodes] if spec.max_nodes is not None else []
+    if spec.scale_out is None:
+        limits.append(spec.nodes_per_domain)
+    elif len(spec.scale_out.tiers) == 1:
+        limits.append(spec.scale_out.nodes_per_leaf)
+    return min(limits) if limits else None
 
 
 # ------------------------------------------------------------------ commands
 @click.group("topology")
 def topology_group():
-    """Cluster topologies (topologies/*.toml, or your own file)."""
+    """Cluster topologies (topologies/*.toml, or your own file).
+
+    \b
+    Examples:
+      simharness topology list
+      simharness topology show dgx-h100-superpod --nodes 4
+      simharness topology cost dgx-h100-superpod --nodes 2 --collective all_gather
+    """
 
 
 @topology_group.command("list")
 @output_options(formats=("table", "json"), show_all=False)
 def topology_list(fmt, quiet):
-    """List the shipped topologies."""
+    """List the shipped topologies.
+
+    \b
+    Examples:
+      simharness topology list
+      simharness topology list --format json
+    """
     specs = [load_spec(n) for n in list_topologies()]
     if fmt == "json":
         echo(to_json([{"name": s.name, "description": s.description,
@@ -245,7 +289,14 @@ def topology_list(fmt, quiet):
                    "where matplotlib is installed).")
 @output_options(formats=("table", "json"), show_all=False)
 def topology_show(name, nodes, out, fmt, quiet):
-    """Summarise topology NAME (a shipped name or a .toml path) as a graph."""
+    """Summarise topology NAME (a shipped name or a .toml path) as a graph.
+
+    \b
+    Examples:
+      simharness topology show dgx-h100
+      simharness topology show dgx-h100-superpod --nodes 4 --out superpod.svg
+      simharness topology show my-cluster.toml --format json
+    """
     cluster = load_cluster(name, nodes)
     graph = cluster.graph()
     kinds: dict[str, int] = {}
@@ -311,6 +362,13 @@ def topology_cost(name, nodes, ranks_per_node, collective, sizes, algo, proto, c
     busbw = algbw x the bus factor (GB/s); then NCCL's pick, the CTAs its
     kernel launches (channels of the plan) and NCCL's own table entry (lat_us,
     bw_GB/s) behind the pick.
+
+    \b
+    Examples:
+      simharness topology cost dgx-h100
+      simharness topology cost dgx-h100-superpod --nodes 4 --collective all_gather --size 1GB
+      simharness topology cost dgx-h100-superpod --nodes 2 --ranks-per-node 1 --format json
+      simharness topology cost dgx-h100-superpod --nodes 2 --nccl 2.23 --explain
     """
     from ..topology.cost import build_rings, predict, shape_of
     from ..topology.nccl_model import debug_lines, nccl_version
@@ -375,6 +433,12 @@ def place_cmd(ctx, topology, hosts, first_device, fmt, quiet, show_all, **kwargs
 
     --nodes sizes the cluster (and, without --world-size, the world). Exits 1
     when a finding is an error (a TP group leaving its NVLink domain).
+
+    \b
+    Examples:
+      simharness place --topology dgx-h100-superpod --nodes 4 --tp 8 --pp 2
+      simharness place --topology dgx-h100 -n 8 --tp 4 --cp 2 --format json
+      simharness place --topology dgx-h100-superpod -n 32 --tp 8 --hosts hosts.txt
     """
     hosts_list = read_hosts(hosts) if hosts else None
     layout, cluster = _layout_and_cluster(topology, kwargs, hosts_list=hosts_list,

@@ -68,6 +68,9 @@ def load_spec(name_or_path: str | Path) -> TopologySpec:
             data = tomllib.load(fh)
     except tomllib.TOMLDecodeError as exc:
         raise TopologyError(f"{path}: not valid TOML: {exc}", source=str(path)) from None
+    except UnicodeDecodeError:
+        raise TopologyError(f"{path}: not a text file (expected a topology TOML file); pass "
+                            f"a {SUFFIX} file or a shipped name", source=str(path)) from None
     except OSError as exc:
         raise TopologyError(f"{path}: cannot read: {exc.strerror}", source=str(path)) from None
     return parse_spec(data, str(path))

@@ -131,7 +131,14 @@ def read_hosts(path_or_text: str) -> list[str]:
     """``parse_hosts`` of a file's text, or of the string itself if no such file."""
     p = Path(path_or_text)
     if p.is_file():
-        return parse_hosts(p.read_text())
+        try:
+            text = p.read_text(encoding="utf-8")
+        except UnicodeDecodeError:
+            raise TopologyError(f"host file {path_or_text}: not a text file; write one host per "
+                                f"line ('host' or 'host slots=N')") from None
+        except OSError as exc:
+            raise TopologyError(f"host file {path_or_text}: cannot read: {exc.strerror}") from None
+        return parse_hosts(text)
     if "\n" not in path_or_text and "," not in path_or_text and not path_or_text.isdigit():
         raise TopologyError(f"host file {path_or_text!r} does not exist; pass a file with one "
                             "host per line or a comma-separated list")
