@@ -483,8 +483,6 @@ def _commands(group: click.Group, prefix=()):
 
 @pytest.mark.parametrize("path", sorted(set(_commands(main))), ids=" ".join)
 def test_every_help_has_examples(path):
-    if path == ("simulate",):
-        pytest.skip("simulate's help examples belong to issue 15's workload change")
     result = invoke(*path, "--help")
     assert result.exit_code == 0 and "Example" in result.output, result.output
 
