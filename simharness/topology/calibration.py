@@ -163,14 +163,16 @@ def evaluate(point: CalPoint, nccl: str | None = None) -> CalResult:
     """The model's prediction for one point (same metric as the measurement).
 
     The NCCL release is the point's own (:func:`_version`) unless ``nccl`` is given;
-    a single-process run (``launch = "single"``) pays its serial kernel launches.
+    back-to-back calls take at least the launch period (:func:`.nccl_model.launch_period_us`:
+    one process driving N GPUs launches N kernels per call).
     """
     cluster = load_cluster(point.topology, point.nodes)
     dev = point.devices(cluster.gpus_per_node)
     algo = None if point.algo == "default" else point.algo
     est = predict(cluster, dev, point.collective, point.size, algo=algo,
                   nccl=nccl or _version(point))
-    time_us = est.time_us + launch_overhead_us(point.launch_mode, point.ranks_per_node)
+    time_us = est.time_us + launch_overhead_us(point.launch_mode, point.ranks_per_node,
+                                               gpu_time_us=est.time_us)
     if point.metric == "busbw":
         value = point.size / (time_us * 1e3) * bus_factor(point.collective, len(dev))
     else:
