@@ -9,8 +9,8 @@ target (busbw +-15 %, time 1.5x). The summary is over held-out points only
 (points that set no constant); fit points are shown for completeness.
 ``--heldout`` prints only the held-out points and the issue-15 figures: the share
 within target (goal >= 90 %), how many the model predicts too fast, and the median
-of predicted / measured speed (goal 0.92-1.08; speed = busbw, or 1 / time), per size band too (<1 MB, 1-256 MB,
->= 256 MB).
+of predicted / measured speed (goal 0.92-1.08; speed = busbw, or 1 / time), also per
+size band (<1 MB, 1-256 MB, >= 256 MB).
 ``--nccl`` prices every point with one release instead of the point's own.
 ``--sweep`` adds NCCL's pick and busbw over 1 KB .. 8 GB for a few groups.
 ``--memory`` adds the published communicator-memory reports (nccl_memory.toml).
