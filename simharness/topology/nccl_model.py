@@ -59,7 +59,7 @@ the ``algo``/``proto`` arguments.
 ...                    ring_gb_per_s=370.8, nvls=True)
 >>> best = choose(shape, "all_reduce", 8 * 2**30)
 >>> best.algo, best.proto, round(best.busbw_gb_per_s), best.n_channels
-('nvls', 'simple', 476, 16)
+('nvls', 'simple', 474, 16)
 >>> small = choose(shape, "all_reduce", 1024)
 >>> small.algo, small.proto, round(small.time_us, 1)
 ('ring', 'll', 15.0)
@@ -639,7 +639,7 @@ def _nvls_chunk(size_bytes: float, ctas: int, heads: int, tree: bool, nodes: int
 # on every loop of ``nHeads x chunk`` bytes: scatter (the rank's data to each head's
 # buffer), reduce + multicast store (multimem ld_reduce / st), gather (into recvbuff);
 # src/device/all_reduce.h RunWorkColl<AllReduce, NVLS, Simple>, oneNode branch
-# (v2.23.4-1 all_reduce.h:373-440, v2.28.3-1 all_reduce.h:388-455).
+# (oneNode branch at v2.23.4-1 all_reduce.h:393-440, v2.28.3-1 all_reduce.h:408-454).
 NVLS_ONE_NODE_STAGES = 3
 
 
@@ -648,7 +648,8 @@ def nvls_loops(size_bytes: float, ctas: int, heads: int, nodes: int = 1,
     """NVLS chunking of one call: ``(chunk, loops per channel, bytes per loop)``.
 
     A channel's share ``size / ctas`` is processed in loops of ``heads x chunk``
-    bytes (all_reduce.h ``loopCount = nvls->nHeads * chunkSize``); the chunk is
+    bytes (``loopCount = nvls->nHeads * chunkSize``, all_reduce.h:411 at v2.28.3-1,
+    :396 at v2.23.4-1); the chunk is
     calcCollChunking's (:func:`_nvls_chunk`). A share smaller than one loop is
     one (partial) loop.
 
