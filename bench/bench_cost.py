@@ -9,7 +9,8 @@ target (busbw +-15 %, time 1.5x). The summary is over held-out points only
 (points that set no constant); fit points are shown for completeness.
 ``--heldout`` prints only the held-out points and the issue-15 figures: the share
 within target (goal >= 90 %), how many the model predicts too fast, and the median
-of predicted / measured speed (goal 0.92-1.08; speed = busbw, or 1 / time).
+of predicted / measured speed (goal 0.92-1.08; speed = busbw, or 1 / time), also per
+size band (<1 MB, 1-256 MB, >= 256 MB).
 ``--nccl`` prices every point with one release instead of the point's own.
 ``--sweep`` adds NCCL's pick and busbw over 1 KB .. 8 GB for a few groups.
 ``--memory`` adds the published communicator-memory reports (nccl_memory.toml).
@@ -27,6 +28,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from simharness.topology import load_cluster  # noqa: E402
 from simharness.topology.calibration import (  # noqa: E402
     DEFAULT_PATH,
+    band_summaries,
     evaluate,
     evaluate_memory,
     format_table,
@@ -67,9 +69,14 @@ def main(argv=None) -> int:
               f"; too fast on {fast} of {len(held)}; median predicted/measured speed "
               f"{med:.2f} (goal 0.92-1.08), min {min(speeds):.2f}, max {max(speeds):.2f}")
         sizes = [r.point.size for r in held]
-        mid = [r for r in held if (1 << 20) <= r.point.size <= (256 << 20)]
-        print(f"held-out sizes {min(sizes):.0f} B .. {max(sizes):.0f} B; {len(mid)} between "
-              "1 MB and 256 MB (the mid-size ramp)")
+        print(f"held-out sizes {min(sizes):.0f} B .. {max(sizes):.0f} B; per size band:")
+        for band in band_summaries(held):
+            print("  " + band.line())
+        fit = [r for r in results if r.point.split == "fit"]
+        if fit:
+            print("fit points, same bands (shown for completeness; they set constants):")
+            for band in band_summaries(fit):
+                print("  " + band.line())
         for r in held:
             if not r.within_target:
                 print(f"  miss {r.point.id}: {r.point.known_miss or 'NOT EXPLAINED'}")

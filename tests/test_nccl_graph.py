@@ -182,8 +182,11 @@ def test_launch_mode_of_a_calibration_point():
     from simharness.topology.calibration import _point
     from simharness.topology.nccl_model import launch_overhead_us
 
-    assert launch_overhead_us("single", 8) == pytest.approx(21.0)
-    assert launch_overhead_us("per-gpu", 8) == 0.0
+    # back-to-back calls: the launch shows only where it outlasts the GPU time
+    assert launch_overhead_us("single", 8) == pytest.approx(28.0)
+    assert launch_overhead_us("single", 8, gpu_time_us=25.0) == pytest.approx(3.0)
+    assert launch_overhead_us("single", 8, gpu_time_us=100.0) == 0.0
+    assert launch_overhead_us("per-gpu", 8, gpu_time_us=10.0) == 0.0
     base = dict(id="x", source="s", collective="all_reduce", size=1024, topology="dgx-h100",
                 nodes=1, ranks_per_node=8, split="heldout", time_us=20.0)
     assert _point(dict(base), "f").launch_mode == "per-gpu"

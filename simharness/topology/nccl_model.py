@@ -59,7 +59,7 @@ the ``algo``/``proto`` arguments.
 ...                    ring_gb_per_s=370.8, nvls=True)
 >>> best = choose(shape, "all_reduce", 8 * 2**30)
 >>> best.algo, best.proto, round(best.busbw_gb_per_s), best.n_channels
-('nvls', 'simple', 476, 16)
+('nvls', 'simple', 474, 16)
 >>> small = choose(shape, "all_reduce", 1024)
 >>> small.algo, small.proto, round(small.time_us, 1)
 ('ring', 'll', 15.0)
@@ -576,26 +576,46 @@ NCCL_STEPS = 8                       # device.h:24
 SIMPLE_STEP_BYTES = 4 * 2**20 // NCCL_STEPS   # DEFAULT_BUFFSIZE / NCCL_STEPS = 512 KiB
 NVLS_CHUNK_BYTES = 128 * 1024        # NCCL_NVLS_CHUNKSIZE default (nvls.cc:152)
 # One kernel launch from the CPU thread, us: NVIDIA/nccl#1984 measures a 1 KB ring
-# all-reduce at 3.5 us launched back to back and 0.5 us inside a CUDA graph (no launch);
-# the difference sets it (that point is marked `fit` in the calibration data).
-LAUNCH_US = 3.0
+# all-reduce at 3.5 us per call launched back to back and 0.5 us inside a CUDA graph
+# (no launch): the kernel took 0.5 us, so the 3.5 us period is the launch itself
+# (that point is marked `fit` in the calibration data).
+LAUNCH_US = 3.5
 LAUNCH_MODES = ("per-gpu", "single")
 
 
-def launch_overhead_us(mode: str, gpus_per_process: int) -> float:
-    """Extra time when one process drives several GPUs (nccl-tests ``-g N``), us.
+def launch_period_us(mode: str, gpus_per_process: int) -> float:
+    """Shortest period of back-to-back calls the CPU side allows, us.
 
-    One thread launches the N kernels of a group one after the other, so the
-    last GPU joins ``(N - 1) x LAUNCH_US`` late and the collective waits for it.
-    One process per GPU (``-g 1``, torchrun) launches in parallel: 0.
+    nccl-tests (and a training loop) enqueue calls without waiting for them, so
+    the CPU launches call i+1 while the GPUs run call i: a call's measured time
+    is ``max(gpu time, launch period)`` (:func:`launch_overhead_us`). One process
+    per GPU (``-g 1``, torchrun) launches one kernel per call: ``LAUNCH_US``;
+    one process driving N GPUs (``-g N``) launches their N kernels one after the
+    other from one thread: ``N x LAUNCH_US``.
 
-    >>> launch_overhead_us("single", 8), launch_overhead_us("per-gpu", 8)
-    (21.0, 0.0)
+    >>> launch_period_us("single", 8), launch_period_us("per-gpu", 8)
+    (28.0, 3.5)
     """
     if mode not in LAUNCH_MODES:
         raise TopologyError(f"unknown launch mode {mode!r}; expected per-gpu (one process per "
                             "GPU) or single (one process drives all local GPUs, -g N)")
-    return (gpus_per_process - 1) * LAUNCH_US if mode == "single" else 0.0
+    if gpus_per_process < 1:
+        raise TopologyError(f"gpus_per_process must be >= 1, got {gpus_per_process!r}")
+    return (gpus_per_process if mode == "single" else 1) * LAUNCH_US
+
+
+def launch_overhead_us(mode: str, gpus_per_process: int, gpu_time_us: float = 0.0) -> float:
+    """Time the CPU launch adds to a call whose GPU time is ``gpu_time_us``, us.
+
+    Launches overlap the previous call's GPU work, so only a launch period
+    longer than the GPU time shows: ``max(0, period - gpu_time)``.
+
+    >>> launch_overhead_us("single", 8, gpu_time_us=20.0)
+    8.0
+    >>> launch_overhead_us("single", 8, gpu_time_us=100.0), launch_overhead_us("per-gpu", 8, 10.0)
+    (0.0, 0.0)
+    """
+    return max(0.0, launch_period_us(mode, gpus_per_process) - gpu_time_us)
 
 
 def _nvls_chunk(size_bytes: float, ctas: int, heads: int, tree: bool, nodes: int) -> float:
@@ -615,23 +635,65 @@ def _nvls_chunk(size_bytes: float, ctas: int, heads: int, tree: bool, nodes: int
     return c
 
 
+# NVLS all-reduce on one node runs three warp groups per channel, one after the other
+# on every loop of ``nHeads x chunk`` bytes: scatter (the rank's data to each head's
+# buffer), reduce + multicast store (multimem ld_reduce / st), gather (into recvbuff);
+# src/device/all_reduce.h RunWorkColl<AllReduce, NVLS, Simple>, oneNode branch
+# (oneNode branch at v2.23.4-1 all_reduce.h:393-440, v2.28.3-1 all_reduce.h:408-454).
+NVLS_ONE_NODE_STAGES = 3
+
+
+def nvls_loops(size_bytes: float, ctas: int, heads: int, nodes: int = 1,
+               tree: bool = False) -> tuple[float, int, float]:
+    """NVLS chunking of one call: ``(chunk, loops per channel, bytes per loop)``.
+
+    A channel's share ``size / ctas`` is processed in loops of ``heads x chunk``
+    bytes (``loopCount = nvls->nHeads * chunkSize``, all_reduce.h:411 at v2.28.3-1,
+    :396 at v2.23.4-1); the chunk is
+    calcCollChunking's (:func:`_nvls_chunk`). A share smaller than one loop is
+    one (partial) loop.
+
+    >>> nvls_loops(16 * 2**20, 16, 8)        # 1 MiB per channel in 32 KiB chunks
+    (32768, 4, 262144)
+    >>> nvls_loops(2**20, 16, 8)             # 64 KiB per channel: one partial loop
+    (16384, 1, 65536.0)
+    """
+    chunk = _nvls_chunk(size_bytes, ctas, heads, tree, nodes)
+    per_channel = size_bytes / max(1, ctas)
+    loop = heads * chunk
+    loops = max(1, math.ceil(per_channel / loop))
+    return chunk, loops, min(loop, per_channel)
+
+
 def pipeline_fill_us(collective: str, algo: str, proto: str, size_bytes: float,
                      s: GroupShape, g: CommGraphs, algbw: float, ctas: int) -> float:
     """Time the protocol pipeline adds to NCCL's ``lat + size / bw`` (us), no fitted term.
 
     A channel moves its share in chunks (``calcCollChunking``, enqueue.cc:2004-2066);
-    where a chunk passes through several stages one after the other, the first
-    chunk fills the pipeline before the channel streams: ``(stages - 1)`` chunk
-    times, one chunk time being ``chunk / (algbw / channels)``. Stages: NVLS 2
-    (multicast reduce, then multicast store), NVLSTree 2 + 2 log2(nodes) (the
-    tree up and down), PAT log2(n). A ring has no fill: every rank sends from
-    the first step on and NCCL's per-step latency already counts the steps;
-    Tree's mid-size shortfall is NCCL's own ``treeCorrectionFactor``.
+    where the data passes through several stages one after the other, the first
+    piece fills the pipeline before the channel streams: ``(stages - 1)`` stage
+    times, a stage time being the piece divided by the channel's rate
+    ``algbw / channels``.
+
+    - NVLS all-reduce on one node: 3 stages (:data:`NVLS_ONE_NODE_STAGES`), the
+      piece is one loop of ``nHeads x chunk`` bytes (:func:`nvls_loops`). With
+      8 heads and 32-128 KiB chunks a loop is 256 KiB-1 MiB per channel, so the
+      fill is 30-60 us on 8 x H100: the mid-size ramp (half the plateau near
+      16 MB instead of NCCL's ``lat x bw`` = 7 MB).
+    - other NVLS / NVLSTree calls: the piece is one chunk; NVLS 2 stages,
+      NVLSTree 2 + 2 log2(nodes) (the tree up and down); PAT log2(n).
+    - A ring has no fill: every rank sends from the first step on and NCCL's
+      per-step latency already counts the steps; Tree's mid-size shortfall is
+      NCCL's own ``treeCorrectionFactor``.
     """
     if size_bytes <= 0 or algbw <= 0 or ctas <= 0:
         return 0.0
+    per_channel = algbw * 1e3 / ctas          # bytes per us
     if algo == "nvls" or algo == "nvls_tree":
         heads = g.nvls.n_channels if g.nvls is not None else 1
+        if algo == "nvls" and collective == "all_reduce" and s.n_nodes == 1:
+            _, _, loop = nvls_loops(size_bytes, ctas, heads)
+            return (NVLS_ONE_NODE_STAGES - 1) * loop / per_channel
         chunk = _nvls_chunk(size_bytes, ctas, heads, algo == "nvls_tree", s.n_nodes)
         stages = 2 if algo == "nvls" else 2 + 2 * _log2i(s.n_nodes)
     elif algo == "pat":
@@ -643,7 +705,6 @@ def pipeline_fill_us(collective: str, algo: str, proto: str, size_bytes: float,
     else:
         return 0.0
     chunk = min(chunk, size_bytes / ctas)
-    per_channel = algbw * 1e3 / ctas          # bytes per us
     return (stages - 1) * chunk / per_channel
 
 
