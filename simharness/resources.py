@@ -56,14 +56,21 @@ LEAN_WORLD = 1 << 20  # == layout.LEAN_WORLD (kept here so this module imports n
 # A replay rank is a fork of a helper that imported torch: its private memory is
 # RANK_BASE plus its tensors. The overlap probe holds its reduce-scatter input and
 # all-gather output (nbytes each) and gloo's staging copies: OVERLAP_FACTOR * nbytes.
-RANK_BASE = 160 * MIB
-OVERLAP_FACTOR = 4
-# Data-path replay, per rank: every bucket keeps its full parameters (S*n float64) and
-# each step has, per bucket in flight, the gradient (S*n), the all-gather buffer (2*S*n
-# int64) and smaller pieces: about DATAPATH_RANK_FACTOR * S*n*8 bytes per bucket.
-# The launcher's single-process reference keeps every step's reduced gradient of every
-# group and bucket: DATAPATH_REF_FACTOR * steps * S*n*8 per group and bucket.
-DATAPATH_RANK_FACTOR = 6
+# Measured: summed PSS of the helper and 8 ranks (-n 8 --tp 2): 0.9 GiB at 4M, 2.4 GiB at
+# 64M, 9.0 GiB at 256M (README, "Resource limits").
+HELPER_BASE = 320 * MIB  # the launcher helper: torch imported once, before the forks
+RANK_BASE = 96 * MIB     # a forked rank's own pages: gloo, Python objects, copy-on-write
+OVERLAP_FACTOR = 4.5     # probe tensors (2 x nbytes + shards) and gloo's staging copies
+# Data-path replay (Megatron buckets), per rank: for each bucket of S*n float64 values
+# (S = --shard-numel, n = its reduce-scatter group) the full parameters, gradient,
+# all-gather buffer (2 S*n int64), gloo's copies, and what the allocator keeps between
+# steps: (DATAPATH_FACTOR + DATAPATH_STEP_FACTOR * steps) * S*n*8 bytes per bucket
+# (measured 12-23 x over S = 64K..1M, n = 2..8, 2-8 steps). The launcher's reference runs
+# after the ranks have exited: every step of every (group, bucket), twice over.
+VIRTUAL_ALLOWANCE = 512 * MIB  # RLIMIT_DATA above the share: thread stacks, malloc arenas
+VIRTUAL_PER_KIND = 24 * MIB    # ... and per group kind (gloo threads per group)
+DATAPATH_FACTOR = 14
+DATAPATH_STEP_FACTOR = 1.25
 DATAPATH_REF_FACTOR = 2
 
 
@@ -159,7 +166,7 @@ def available_memory() -> MemoryLimit:
     ``MemAvailable`` and the cgroup's room; a large default when neither can be read."""
     env = os.environ.get(MEMORY_ENV)
     if env:
-        return MemoryLimit(parse_size(env), f"({MEMORY_ENV})")
+        return MemoryLimit(parse_size(env), f"set by {MEMORY_ENV}")
     avail = _meminfo_available()
     room = _cgroup_room()
     if room is not None and (avail is None or room < avail):
@@ -260,21 +267,98 @@ def _kind_count(cfg, mcore: str) -> int:
 
 def replay_rank_bytes(overlap_bytes: int) -> int:
     """Private memory of one replay rank (plan or megatron engine)."""
-    return RANK_BASE + OVERLAP_FACTOR * overlap_bytes
+    return int(RANK_BASE + OVERLAP_FACTOR * overlap_bytes)
 
 
-def datapath_rank_bytes(shard_numel: int, group_size: int, buckets: int) -> int:
+def datapath_rank_bytes(shard_numel: int, group_size: int, buckets: int, steps: int) -> int:
     """Private memory of one data-path rank (Megatron buckets)."""
-    return RANK_BASE + DATAPATH_RANK_FACTOR * buckets * shard_numel * group_size * 8
+    per_bucket = (DATAPATH_FACTOR + DATAPATH_STEP_FACTOR * steps) * shard_numel * group_size * 8
+    return int(RANK_BASE + buckets * per_bucket)
 
 
 def datapath_reference_bytes(shard_numel: int, group_size: int, steps: int,
                              group_buckets: int) -> int:
     """The launcher's reference: every step of every (group, bucket) pair."""
-    return DATAPATH_REF_FACTOR * group_buckets * (steps + 1) * shard_numel * group_size * 8
+    return PYTHON_BASE + DATAPATH_REF_FACTOR * group_buckets * (steps + 1) * shard_numel \
+        * group_size * 8
 
 
-__all__ = ["MEMORY_ENV", "MemoryLimit", "ResourceError", "available_memory",
-           "datapath_rank_bytes", "datapath_reference_bytes", "fmt_bytes", "largest_fitting",
-           "layout_memory_check", "layout_peak_bytes", "parse_size", "replay_rank_bytes",
-           "require"]
+@dataclass(frozen=True)
+class RankBudget:
+    """A replay's memory plan: what one rank should need, the limit each rank gets
+    (its share of the usable memory), and the machine's figure, for the report."""
+
+    rank_estimate: int
+    rank_limit: int
+    available: int
+    source: str
+
+    def to_dict(self) -> dict:
+        return {"rank_estimate": self.rank_estimate, "rank_limit": self.rank_limit,
+                "available": self.available, "source": self.source}
+
+
+def replay_budget(world: int, overlap_bytes: int, *, what: str = "replay",
+                  limit: MemoryLimit | None = None) -> RankBudget:
+    """Check a replay of ``world`` ranks with an ``overlap_bytes`` probe; its budget.
+
+    Refuses (:class:`ResourceError`) naming the largest ``--overlap-bytes`` that fits, or
+    the largest world when not even a probe-less replay fits.
+    """
+    limit = limit or available_memory()
+    need = HELPER_BASE + world * replay_rank_bytes(overlap_bytes)
+    if need > limit.usable:
+        room = (limit.usable - HELPER_BASE) // max(world, 1) - RANK_BASE
+        if room >= 0:
+            largest = f"--overlap-bytes {fmt_bytes(int(room / OVERLAP_FACTOR))} at {world} ranks"
+        else:
+            fits = max(0, (limit.usable - HELPER_BASE) // replay_rank_bytes(0))
+            largest = f"{fits} ranks without the overlap probe (--overlap-bytes 0)"
+        require(f"{what} of {world} ranks with --overlap-bytes {fmt_bytes(overlap_bytes)} "
+                f"({fmt_bytes(replay_rank_bytes(overlap_bytes))} per rank)", need, largest,
+                limit)
+    return _budget(world, replay_rank_bytes(overlap_bytes), limit)
+
+
+def datapath_budget(world: int, *, shard_numel: int, group_size: int, buckets: int,
+                    steps: int, group_buckets: int,
+                    limit: MemoryLimit | None = None) -> RankBudget:
+    """Check a data-path replay; its budget. Refuses naming the largest ``--shard-numel``
+    that fits (with these steps and buckets)."""
+    limit = limit or available_memory()
+
+    def need(s: int) -> int:
+        ranks = HELPER_BASE + world * datapath_rank_bytes(s, group_size, buckets, steps)
+        return max(ranks, datapath_reference_bytes(s, group_size, steps, group_buckets))
+
+    if need(shard_numel) > limit.usable:
+        fits = largest_fitting(need, limit.usable)
+        largest = (f"--shard-numel {fits:,} with --steps {steps}" if fits else
+                   "none at this world (lower -n or the buckets)")
+        rank = datapath_rank_bytes(shard_numel, group_size, buckets, steps)
+        require(f"replay-data of {world} ranks, --steps {steps}, --shard-numel "
+                f"{shard_numel:,} ({buckets} bucket(s) per rank on groups of {group_size}; "
+                f"{fmt_bytes(rank)} per rank)", need(shard_numel), largest, limit)
+    return _budget(world, datapath_rank_bytes(shard_numel, group_size, buckets, steps), limit)
+
+
+def _budget(world: int, rank_estimate: int, limit: MemoryLimit) -> RankBudget:
+    share = (limit.usable - HELPER_BASE) // max(world, 1)
+    return RankBudget(rank_estimate, max(share, rank_estimate), limit.available, limit.source)
+
+
+def rlimit_data_bytes(budget: RankBudget, kinds: int) -> int:
+    """The ``RLIMIT_DATA`` head-room a rank gets above its size at fork: its share of the
+    memory plus :data:`VIRTUAL_ALLOWANCE` and :data:`VIRTUAL_PER_KIND` per group kind.
+
+    ``RLIMIT_DATA`` counts address space, not pages used: every thread gloo starts
+    reserves a stack (measured: VmData +600-700 MiB over 67-76 threads while RSS grew by
+    about 20 MiB, 4 and 16 ranks, 25 kinds), so the limit stops a runaway allocation
+    (``--overlap-bytes 100G``) but is not a tight bound on pages used."""
+    return budget.rank_limit + VIRTUAL_ALLOWANCE + VIRTUAL_PER_KIND * kinds
+
+
+__all__ = ["MEMORY_ENV", "MemoryLimit", "RankBudget", "ResourceError", "available_memory",
+           "datapath_budget", "datapath_rank_bytes", "datapath_reference_bytes", "fmt_bytes",
+           "largest_fitting", "layout_memory_check", "layout_peak_bytes", "parse_size",
+           "replay_budget", "replay_rank_bytes", "require", "rlimit_data_bytes"]
