@@ -570,17 +570,21 @@ def check_all_gather(w: _World) -> list[Finding]:
                            f"the full DP-with-CP group of {c.dp * c.cp}: the two do not line up",
                            (), ("dp_cp_ag", "intra_dp_cp")))
     if ag_kinds:
-        per_rank, groups_total = {}, 0
-        for k in ag_kinds:
-            a = w.groups(k)
-            per_rank[k] = int(np.bincount(_in_window(w, a.ravel()) - w.off, minlength=w.W).max())
-            groups_total += a.shape[0]
-        added = sum(per_rank.values())
-        out.append(Finding("ag-cost", "info",
-                           f"create_all_gather_group adds {added} NCCL communicator(s) per rank "
-                           f"({', '.join(f'{k}: {v}' for k, v in per_rank.items())}), "
-                           f"{groups_total} new_group call(s) in all", (), tuple(ag_kinds)))
+        out.append(_ag_cost(w, ag_kinds))
     return out
+
+
+def _ag_cost(w: _World, ag_kinds: list[str]) -> Finding:
+    per_rank, groups_total = {}, 0
+    for k in ag_kinds:
+        a = w.groups(k)
+        per_rank[k] = int(np.bincount(_in_window(w, a.ravel()) - w.off, minlength=w.W).max())
+        groups_total += a.shape[0]
+    added = sum(per_rank.values())
+    return Finding("ag-cost", "info",
+                   f"create_all_gather_group adds {added} NCCL communicator(s) per rank "
+                   f"({', '.join(f'{k}: {v}' for k, v in per_rank.items())}), "
+                   f"{groups_total} new_group call(s) in all", (), tuple(ag_kinds))
 
 
 def check_creation_order(w: _World, samples: int = 4, max_calls: int = 20000) -> list[Finding]:

@@ -218,7 +218,8 @@ class Hierarchical(GroupSource):
         return self.s
 
     def _build(self, cache=True):
-        a = self._parent_array(self.parent, cache).reshape(self.parent.n_groups, self.l, self.s, self.u)
+        a = self._parent_array(self.parent, cache)
+        a = a.reshape(self.parent.n_groups, self.l, self.s, self.u)
         return np.ascontiguousarray(a.transpose(0, 1, 3, 2)).reshape(self.n_groups, self.s)
 
     def locate(self, rank):

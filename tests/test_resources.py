@@ -16,9 +16,16 @@ from click.testing import CliRunner
 
 from cli import main
 from simharness import ParallelismConfig, resources
-from simharness.resources import (MEMORY_ENV, MemoryLimit, ResourceError, available_memory,
-                                  largest_fitting, layout_memory_check, layout_peak_bytes,
-                                  parse_size)
+from simharness.resources import (
+    MEMORY_ENV,
+    MemoryLimit,
+    ResourceError,
+    available_memory,
+    largest_fitting,
+    layout_memory_check,
+    layout_peak_bytes,
+    parse_size,
+)
 
 GIB = 1 << 30
 

@@ -137,7 +137,7 @@ def _fault(fault: Fault | None, rank: int, phase: str) -> None:
     if fault.action == "kill":
         os.kill(os.getpid(), signal.SIGKILL)
     if fault.action == "oom":
-        hog = []
+        hog: list[bytearray] = []
         while len(hog) < OOM_FAULT_CAP >> 24:
             hog.append(bytearray(1 << 24))  # 16 MiB at a time: MemoryError at the limit
         raise RuntimeError(f"injected fault on rank {rank} at {phase}: allocated "
