@@ -415,7 +415,9 @@ def check_cmd(fmt, quiet, strict, **kwargs):
     """Run every check on a configuration's layout and print the findings.
 
     Findings are grouped by severity. Exit status: 0 clean, 1 when any error
-    finding (or warning, with --strict), 2 for bad input.
+    finding (or warning, with --strict), 2 for bad input or a world too large for
+    this machine's memory (refused before the work, naming the largest that fits),
+    3 a crash. From 1M ranks the checks keep memory bounded (16M ranks: about 1.2 GiB).
 
     \b
     Examples:
