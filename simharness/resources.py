@@ -39,7 +39,8 @@ MIB = 1 << 20
 # 4M ranks, tp8 pp8, mcore 0.19, 23 kinds; rounded up; see the README's table).
 PYTHON_BASE = 80 * MIB  # interpreter, numpy, click, simharness
 LAYOUT_BYTES_PER_RANK = {  # measured (B/rank, 256K -> 1M ranks) +15-20 %
-    "build": 24,        # validate + build_layout (two pipeline arrays); --rank, explain, diff
+    "build": 44,        # validate + build_layout: inspect --rank (16M: 642 MiB, 36 B/rank)
+    "explain": 66,      # every rule evaluated (16M ranks: 946 MiB, 55 B/rank)
     "check": 96,        # lean check (>= 1M ranks): a few world-sized arrays at a time
     "check-full": 330,  # full check (< 1M ranks): every kind's groups and inverse kept (281)
     "inspect": 190,     # table: every kind's groups built, first and last rows printed (150)

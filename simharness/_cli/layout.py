@@ -767,7 +767,7 @@ def explain_cmd(fmt, quiet, **kwargs):
     except SimharnessError:
         raw = None  # explain describes it
     if raw is not None:
-        layout_memory_check(raw, mcore, "build", what="explain")
+        layout_memory_check(raw, mcore, "explain", what="explain")
     ex = explain(fields, mcore)
     if fmt == "json":
         out.echo_json(ex.to_dict())
