@@ -216,3 +216,9 @@ def test_exit_statuses_are_distinct_and_in_the_help():
     text = run(["--help"], 0).output
     for words in ("1 findings", "2 bad input", "3 runtime failure"):
         assert words in " ".join(text.split()), words
+
+
+def test_the_estimate_switches_to_the_lean_check_where_check_does():
+    from simharness import checks, layout
+
+    assert resources.LEAN_WORLD == layout.LEAN_WORLD == checks.LEAN_WORLD
