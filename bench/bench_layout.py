@@ -11,9 +11,15 @@
    same run, on the same tokens: the tokens ``initialize_model_parallel`` asks the
    dense and the expert generator for. Results are compared for equality.
 
+3. ``check`` at 1M, 4M and 16M ranks (``--check-worlds``; tp8 pp8, mcore 0.19, the
+   configuration of ``simharness check -n W --tp 8 --pp 8``), each in a fresh process:
+   wall time and peak RSS of ``build_layout`` + ``check``, in the lean mode huge worlds
+   use and, with ``--check-full``, in the full mode (every array kept: the code before
+   the lean mode) for comparison; the findings of the two must be equal.
+
 Targets (printed next to the figures): build <= 1 s, RSS <= 1.5 GiB, rank view
-<= 1 ms, >= 100x faster than RankGenerator. Exits 1 when a target is missed or the
-results differ.
+<= 1 ms, >= 100x faster than RankGenerator, ``check`` of 16M ranks <= 1.5 GiB peak RSS
+(:data:`CHECK_16M_BOUND_MIB`). Exits 1 when a target is missed or the results differ.
 """
 
 from __future__ import annotations
@@ -149,6 +155,65 @@ def bench_rank_generator(a) -> list[bool]:
     return [ok, equal]
 
 
+CHECK_16M_BOUND_MIB = 1536  # the stated bound: check of 16M ranks in lean mode
+
+_CHECK_CHILD = """
+import json, resource, sys, time
+from simharness import ParallelismConfig, build_layout, check
+world, lean = int(sys.argv[1]), sys.argv[2] == "lean"
+t = time.perf_counter()
+lay = build_layout(ParallelismConfig(world_size=world, tensor_model_parallel_size=8,
+                                     pipeline_model_parallel_size=8), "0.19")
+findings = check(lay, lean=lean)
+print(json.dumps({"s": time.perf_counter() - t,
+                  "rss_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+                  "findings": [f.to_dict() for f in findings]}))
+"""
+
+
+def _check_run(world: int, mode: str) -> dict:
+    import json
+    import subprocess
+
+    done = subprocess.run([sys.executable, "-c", _CHECK_CHILD, str(world), mode],
+                          capture_output=True, text=True, check=False)
+    if done.returncode:
+        return {"error": (done.stderr.strip().splitlines() or [f"exit {done.returncode}"])[-1]}
+    return json.loads(done.stdout)
+
+
+def bench_check(a) -> list[bool]:
+    oks = []
+    modes = ("lean", "full") if a.check_full else ("lean",)
+    print("\nsimharness check (build_layout + check), tp8 pp8, mcore 0.19, fresh process each")
+    for world in a.check_worlds:
+        runs = {m: _check_run(world, m) for m in modes}
+        for m, r in runs.items():
+            if "error" in r:
+                row(f"{world:,} ranks, {m}", "failed", "", False)
+                print(f"    {r['error']}")
+                oks.append(False)
+                continue
+            bound = m == "lean" and world == 1 << 24
+            ok = r["rss_mib"] <= CHECK_16M_BOUND_MIB if bound else None
+            if ok is not None:
+                oks.append(ok)
+            row(f"{world:,} ranks, {m}: time / peak RSS",
+                f"{r['s']:.1f} s / {r['rss_mib']:.0f} MiB",
+                f"<= {CHECK_16M_BOUND_MIB} MiB" if bound else "", ok)
+        if all("findings" in r for r in runs.values()) and len(runs) == 2:
+            equal = runs["lean"]["findings"] == runs["full"]["findings"]
+            oks.append(equal)
+            row(f"  {world:,} ranks: lean findings == full", str(equal), "True", equal)
+    return oks
+
+
+def _world(text: str) -> int:
+    t = text.strip().upper()
+    mult = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}.get(t[-1:], 1)
+    return int(t[:-1] if mult > 1 else t) * mult
+
+
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--world", type=int, default=1 << 20)
@@ -162,10 +227,18 @@ def main(argv=None) -> int:
     p.add_argument("--n", type=int, default=2, help="distributed-optimizer instances")
     p.add_argument("--views", type=int, default=1000, help="random ranks for the view timing")
     p.add_argument("--no-megatron", action="store_true", help="skip the RankGenerator part")
+    p.add_argument("--check-worlds", type=lambda v: [_world(x) for x in v.split(",") if x],
+                   default=[1 << 20, 1 << 22, 1 << 24],
+                   help="worlds for the check part, e.g. 1M,4M,16M (empty: skip it)")
+    p.add_argument("--check-full", action="store_true",
+                   help="also run check in full mode (every array kept), the code before")
+    p.add_argument("--only-check", action="store_true", help="run only the check part")
     a = p.parse_args(argv)
-    oks = bench_layout(a)
-    if not a.no_megatron:
+    oks = [] if a.only_check else bench_layout(a)
+    if not a.no_megatron and not a.only_check:
         oks += bench_rank_generator(a)
+    if a.check_worlds:
+        oks += bench_check(a)
     print("\nall targets met" if all(oks) else "\nSOME TARGETS MISSED")
     return 0 if all(oks) else 1
 

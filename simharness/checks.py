@@ -36,7 +36,7 @@ from typing import Any
 import numpy as np
 
 from .findings import Finding
-from .layout import PARTIAL_KINDS, Layout
+from .layout import LEAN_WORLD, PARTIAL_KINDS, Layout
 from .rules import repeated_tokens
 
 MAX_RANKS = 256  # ranks listed in one finding
@@ -58,25 +58,61 @@ def _fmt_groups(rows: np.ndarray) -> str:
     return ", ".join(shown) + more
 
 
-class _World:
-    """Inverse indexes (rank -> group number) computed once per kind."""
+INVERSE_CACHE = 4  # inverse indexes kept at once in a lean check
+CHUNK_CELLS = 1 << 22  # rank cells handled per step when a lean check scans a kind
 
-    def __init__(self, layout: Layout):
+
+class _World:
+    """Inverse indexes (rank -> group number) computed once per kind, and the groups.
+
+    A *lean* world (``world_size >= LEAN_WORLD``) builds each kind's groups when a
+    check asks and drops them after (:meth:`GroupSource.fresh`), keeps at most
+    :data:`INVERSE_CACHE` inverse indexes, stored as int32 where the group count
+    allows, and fills them in row chunks: the peak memory is a few world-sized
+    arrays instead of one per kind. The findings are the same either way.
+    """
+
+    def __init__(self, layout: Layout, *, lean: bool | None = None):
         self.layout = layout
         self.W = layout.world_size
         self.off = layout.rank_offset
+        self.lean = self.W >= LEAN_WORLD if lean is None else lean
         self._inv: dict[str, np.ndarray] = {}
+
+    def groups(self, kind: str) -> np.ndarray:
+        """``layout.groups(kind)``; in a lean world a transient array nothing else keeps."""
+        if self.lean:
+            return self.layout.source(kind).fresh()
+        return self.layout.groups(kind)
 
     def inverse(self, kind: str) -> np.ndarray:
         """``inv[r - offset]`` = group number of rank r in ``kind`` (-1 when none)."""
         inv = self._inv.get(kind)
         if inv is None:
-            a = self.layout.groups(kind)
-            inv = np.full(self.W, -1, dtype=np.int64)
-            flat = a.ravel() - self.off
-            ok = (flat >= 0) & (flat < self.W)
-            inv[flat[ok]] = np.repeat(np.arange(a.shape[0]), a.shape[1])[ok]
+            if self.lean:
+                inv = self._lean_inverse(kind)
+                while len(self._inv) >= INVERSE_CACHE:
+                    self._inv.pop(next(iter(self._inv)))
+            else:
+                a = self.layout.groups(kind)
+                inv = np.full(self.W, -1, dtype=np.int64)
+                flat = a.ravel() - self.off
+                ok = (flat >= 0) & (flat < self.W)
+                inv[flat[ok]] = np.repeat(np.arange(a.shape[0]), a.shape[1])[ok]
             self._inv[kind] = inv
+        return inv
+
+    def _lean_inverse(self, kind: str) -> np.ndarray:
+        a = self.groups(kind)
+        dtype = np.int32 if a.shape[0] < np.iinfo(np.int32).max else np.int64
+        inv = np.full(self.W, -1, dtype=dtype)
+        step = max(1, CHUNK_CELLS // max(1, a.shape[1]))
+        for g0 in range(0, a.shape[0], step):  # row order: a later group wins, as above
+            rows = a[g0:g0 + step] - self.off
+            ok = (rows >= 0) & (rows < self.W)
+            gid = np.broadcast_to(np.arange(g0, g0 + rows.shape[0], dtype=dtype)[:, None],
+                                  rows.shape)
+            inv[rows[ok]] = gid[ok]
         return inv
 
 
@@ -130,7 +166,13 @@ def check_partition(w: _World) -> list[Finding]:
     for kind in lay.kinds:
         if kind in PARTIAL_KINDS:
             continue
-        a = lay.groups(kind)
+        a = w.groups(kind)
+        if w.lean and a.size and a.min() >= w.off and a.max() < w.off + w.W:
+            # In the world: one bincount, no world-sized copies; a partition needs no more.
+            counts = np.bincount((a if w.off == 0 else a - w.off).ravel(), minlength=w.W)
+            if counts.size == w.W and not (counts != 1).any():
+                continue
+            del counts
         flat = a.ravel() - w.off
         outside = flat[(flat < 0) | (flat >= w.W)] + w.off
         inside = flat[(flat >= 0) & (flat < w.W)]
@@ -157,7 +199,7 @@ def check_sizes(w: _World) -> list[Finding]:
     out = []
     exp = expected_sizes(w.layout)
     for kind in w.layout.kinds:
-        a = w.layout.groups(kind)
+        a = w.groups(kind)
         want = exp.get(kind)
         if want is not None and a.shape[1] != want:
             out.append(Finding("group-size", "error",
@@ -174,6 +216,9 @@ def check_orthogonality(w: _World) -> list[Finding]:
         if not (lay.has(a) and lay.has(b)):
             continue
         ia, ib = w.inverse(a), w.inverse(b)
+        if w.lean and _lean_orthogonal(ia, ib):
+            continue
+        ia, ib = ia.astype(np.int64, copy=False), ib.astype(np.int64, copy=False)
         ok = (ia >= 0) & (ib >= 0)
         key = ia[ok] * (ib.max() + 1) + ib[ok]
         uniq, first, counts = np.unique(key, return_index=True, return_counts=True)
@@ -190,6 +235,17 @@ def check_orthogonality(w: _World) -> list[Finding]:
     return out
 
 
+def _lean_orthogonal(ia: np.ndarray, ib: np.ndarray) -> bool:
+    """True when no (a group, b group) pair holds two ranks: one sorted key array, no
+    ``np.unique`` (False: let the full computation name the pairs)."""
+    if (ia < 0).any() or (ib < 0).any():
+        return False
+    key = ia.astype(np.int64) * (int(ib.max()) + 1)
+    key += ib
+    key.sort()
+    return not (key[1:] == key[:-1]).any()
+
+
 def check_composition(w: _World) -> list[Finding]:
     out = []
     lay = w.layout
@@ -200,11 +256,14 @@ def check_composition(w: _World) -> list[Finding]:
         for part in parts:
             if not lay.has(part):
                 continue
-            pa = lay.groups(part) - w.off
+            pa = w.groups(part)
+            pa = pa if w.off == 0 else pa - w.off
             if pa.size and (pa.min() < 0 or pa.max() >= w.W):
                 continue  # reported by partition
             g = inv[pa]
+            del pa
             bad = np.flatnonzero((g != g[:, :1]).any(axis=1))
+            del g
             if bad.size:
                 out.append(Finding(
                     "composition", "error",
@@ -221,7 +280,7 @@ def check_twins(w: _World) -> list[Finding]:
     for kind in lay.kinds:
         if not kind.endswith("_gloo") or not lay.has(kind[:-5]):
             continue
-        a, b = lay.groups(kind), lay.groups(kind[:-5])
+        a, b = w.groups(kind), w.groups(kind[:-5])
         if a.shape != b.shape or not np.array_equal(a, b):
             rows = (np.flatnonzero((a != b).any(axis=1)) if a.shape == b.shape
                     else np.arange(min(len(a), len(b))))
@@ -254,14 +313,16 @@ def _row_diff(kind: str, desc: str, g: int, plan_row: list[int], cfg_row: list[i
                        f"{cfg_row}: " + ", ".join(notes) + "."}
 
 
-def config_differences(layout: Layout, ref: Layout | None = None) -> list[dict[str, Any]]:
+def config_differences(layout: Layout, ref: Layout | None = None, *,
+                       lean: bool = False) -> list[dict[str, Any]]:
     """Every way ``layout`` differs from ``build_layout(layout.config, layout.mcore)``.
 
     Each difference is a dict with ``kind``, ``desc``, ``ranks`` and ``message``;
     differing groups also carry ``group``, ``plan``, ``config``, ``extra`` and
     ``missing`` (at most :data:`MAX_DIFFS_PER_KIND` per kind, then one summary).
     A corrupted plan whose every rank agrees with the others builds fine in
-    torch; only this comparison catches it.
+    torch; only this comparison catches it. ``lean``: build each kind's arrays for the
+    comparison and drop them (huge worlds), same result.
     """
     from .layout import build_layout
 
@@ -285,7 +346,10 @@ def config_differences(layout: Layout, ref: Layout | None = None) -> list[dict[s
         if desc != ref.desc(kind) or layout.backend(kind) != ref.backend(kind):
             note(kind, desc, f"{kind}: plan says {desc}/{layout.backend(kind)}, the config "
                              f"builds {ref.desc(kind)}/{ref.backend(kind)}.")
-        a, b = layout.groups(kind), ref.groups(kind)
+        if lean:
+            a, b = layout.source(kind).fresh(), ref.source(kind).fresh()
+        else:
+            a, b = layout.groups(kind), ref.groups(kind)
         if a.shape != b.shape:
             note(kind, desc, f"{kind} ({desc}): plan has {a.shape[0]} groups of "
                              f"{a.shape[1] if a.ndim == 2 else '?'}, the config builds "
@@ -307,7 +371,7 @@ def config_differences(layout: Layout, ref: Layout | None = None) -> list[dict[s
 def check_matches_config(w: _World) -> list[Finding]:
     """Compare with a fresh build from the configuration (catches hand-edited plans)."""
     by_kind: dict[Any, list[dict[str, Any]]] = {}
-    for d in config_differences(w.layout):
+    for d in config_differences(w.layout, lean=w.lean):
         by_kind.setdefault(d["kind"], []).append(d)
     out = []
     for kind, diffs in by_kind.items():
@@ -335,8 +399,9 @@ def check_pp_agree(w: _World) -> list[Finding]:
     lay = w.layout
     if not lay.has("pp"):
         return []
-    expert = Grid.expert(lay.config, gtp_token=lay.profile.gtp_axis).groups("pp")
-    dense = lay.groups("pp")
+    expert = Grid.expert(lay.config, gtp_token=lay.profile.gtp_axis).groups("pp",
+                                                                          cache=not w.lean)
+    dense = w.groups("pp")
     if dense.shape == expert.shape and np.array_equal(dense, expert):
         return []
     return [Finding("pp-agree", "error",
@@ -349,13 +414,13 @@ def check_embedding(w: _World) -> list[Finding]:
     out: list[Finding] = []
     if not lay.has("pp"):
         return out
-    pp = lay.groups("pp")
+    pp = w.groups("pp")
     want = {"embd": pp[:, [0, -1]] if pp.shape[1] > 1 else pp[:, [0]], "pos_embd": pp[:, [0]]}
     for kind, exp in want.items():
         if not lay.has(kind):
             out.append(Finding("embedding", "error", f"no {kind} groups", (), (kind,)))
             continue
-        got = lay.groups(kind)
+        got = w.groups(kind)
         if got.shape != exp.shape:
             out.append(Finding("embedding", "error",
                                f"{kind} groups have {got.shape[1]} ranks, expected "
@@ -373,7 +438,7 @@ def check_embedding(w: _World) -> list[Finding]:
 
 def _compare_ag(w: _World, ag: str, base: str, cause: str) -> list[Finding]:
     lay = w.layout
-    a, b = lay.groups(ag), lay.groups(base)
+    a, b = w.groups(ag), w.groups(base)
     out = []
     if a.shape != b.shape:
         return [Finding("ag-mismatch", "error",
@@ -419,7 +484,7 @@ def _ag_window(w: _World, ag_kinds: list[str]) -> list[Finding]:
     """
     out = []
     for kind in ag_kinds:
-        a = w.layout.groups(kind)
+        a = w.groups(kind)
         outside = ((a < w.off) | (a >= w.off + w.W)).any(axis=1)
         if not outside.any():
             continue
@@ -460,7 +525,7 @@ def check_all_gather(w: _World) -> list[Finding]:
                                (), tuple(ag_kinds)))
         # The all-gather must resolve to DP-with-CP itself (one rank checked per group).
         bad = []
-        for g in lay.groups("dp_cp")[:, 0][:64]:
+        for g in w.groups("dp_cp")[:64, 0]:
             col = lay.resolve_collectives(int(g))
             if col.dense_all_gather != col.dense_reduce_scatter or col.dense_overlap:
                 bad.append(int(g))
@@ -507,15 +572,21 @@ def check_all_gather(w: _World) -> list[Finding]:
                            f"the full DP-with-CP group of {c.dp * c.cp}: the two do not line up",
                            (), ("dp_cp_ag", "intra_dp_cp")))
     if ag_kinds:
-        per_rank = {k: int(np.bincount(_in_window(w, lay.groups(k).ravel()) - w.off,
-                                       minlength=w.W).max()) for k in ag_kinds}
-        added = sum(per_rank.values())
-        groups_total = sum(lay.groups(k).shape[0] for k in ag_kinds)
-        out.append(Finding("ag-cost", "info",
-                           f"create_all_gather_group adds {added} NCCL communicator(s) per rank "
-                           f"({', '.join(f'{k}: {v}' for k, v in per_rank.items())}), "
-                           f"{groups_total} new_group call(s) in all", (), tuple(ag_kinds)))
+        out.append(_ag_cost(w, ag_kinds))
     return out
+
+
+def _ag_cost(w: _World, ag_kinds: list[str]) -> Finding:
+    per_rank, groups_total = {}, 0
+    for k in ag_kinds:
+        a = w.groups(k)
+        per_rank[k] = int(np.bincount(_in_window(w, a.ravel()) - w.off, minlength=w.W).max())
+        groups_total += a.shape[0]
+    added = sum(per_rank.values())
+    return Finding("ag-cost", "info",
+                   f"create_all_gather_group adds {added} NCCL communicator(s) per rank "
+                   f"({', '.join(f'{k}: {v}' for k, v in per_rank.items())}), "
+                   f"{groups_total} new_group call(s) in all", (), tuple(ag_kinds))
 
 
 def check_creation_order(w: _World, samples: int = 4, max_calls: int = 20000) -> list[Finding]:
@@ -597,7 +668,7 @@ def check_suspicious(w: _World) -> list[Finding]:
 
 def check_communicators(w: _World) -> list[Finding]:
     lay = w.layout
-    comm = lay.communicators_per_rank()
+    comm = lay.communicators_per_rank(cache=not w.lean)
     total = comm["nccl"] + comm["gloo"]
     out = [Finding("communicators", "info",
                    f"each rank holds {int(comm['nccl'].min())}-{int(comm['nccl'].max())} NCCL and "
@@ -629,9 +700,14 @@ CHECKS: tuple[tuple[str, Callable[[_World], list[Finding]]], ...] = (
 )
 
 
-def check(layout: Layout, *, only: Iterable[str] | None = None) -> list[Finding]:
-    """Run every named check (or ``only`` those) and return the findings, errors first."""
-    w = _World(layout)
+def check(layout: Layout, *, only: Iterable[str] | None = None,
+          lean: bool | None = None) -> list[Finding]:
+    """Run every named check (or ``only`` those) and return the findings, errors first.
+
+    ``lean`` (default: from :data:`LEAN_WORLD` ranks on) bounds the memory: no
+    world-sized array outlives the check that needs it. The findings are the same.
+    """
+    w = _World(layout, lean=lean)
     wanted = None if only is None else set(only)
     findings: list[Finding] = []
     for name, fn in CHECKS:

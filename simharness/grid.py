@@ -138,9 +138,14 @@ class Grid:
         return self.world_size // self.group_size(token)
 
     # --------------------------------------------------------------- groups
-    def groups(self, token: str) -> np.ndarray:
-        """All groups of ``token`` as an ``(n_groups, group_size)`` array, Megatron's order."""
-        return _groups(self.names, self.sizes, self._mask(token), self.offset)
+    def groups(self, token: str, *, cache: bool = True) -> np.ndarray:
+        """All groups of ``token`` as an ``(n_groups, group_size)`` array, Megatron's order.
+
+        ``cache=False`` builds a fresh array and keeps no reference to it (huge worlds:
+        ``check`` builds, uses and drops one kind at a time).
+        """
+        build = _groups if cache else _groups.__wrapped__
+        return build(self.names, self.sizes, self._mask(token), self.offset)
 
     def same_groups(self, other: Grid, token: str) -> bool:
         a, b = self.groups(token), other.groups(token)

@@ -35,6 +35,7 @@ from .sources import Fixed, GroupSource
 
 SCHEMA = "simharness.layout/1"
 PARTIAL_KINDS = frozenset({"embd", "pos_embd"})  # kinds that need not cover every rank
+LEAN_WORLD = 1 << 20  # from this world size on, whole-world sums keep no group arrays
 
 # Coordinate name -> kind whose position gives it (Megatron's get_*_rank()).
 COORDINATE_KINDS = {
@@ -378,13 +379,24 @@ class Layout:
         return get("gtp_remat_dp" if gtp else "dp", "data parallel group")
 
     # ------------------------------------------------------ whole-world sums
-    def communicators_per_rank(self) -> dict[str, np.ndarray]:
-        """``{"nccl": counts, "gloo": counts}``, one entry per rank (vectorised)."""
+    def communicators_per_rank(self, *, cache: bool | None = None) -> dict[str, np.ndarray]:
+        """``{"nccl": counts, "gloo": counts}``, one entry per rank (vectorised).
+
+        ``cache=False`` builds each kind's groups, counts them and drops them (the
+        default for worlds of :data:`LEAN_WORLD` ranks and more): same counts.
+        """
+        if cache is None:
+            cache = self.world_size < LEAN_WORLD
         out = {"nccl": np.zeros(self.world_size, dtype=np.int64),
                "gloo": np.zeros(self.world_size, dtype=np.int64)}
         for e in self._entries.values():
-            a = e.source.array().ravel() - self.rank_offset
-            a = a[(a >= 0) & (a < self.world_size)]
+            arr = e.source.array() if cache else e.source.fresh()
+            if (self.rank_offset == 0 and arr.size and arr.min() >= 0
+                    and arr.max() < self.world_size):
+                a = arr.ravel()  # in the world: no copies
+            else:
+                a = arr.ravel() - self.rank_offset
+                a = a[(a >= 0) & (a < self.world_size)]
             out["gloo" if e.backend == "gloo" else "nccl"] += np.bincount(
                 a, minlength=self.world_size)
         return out

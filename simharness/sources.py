@@ -45,7 +45,16 @@ class GroupSource:
             object.__setattr__(self, "_array", cached)
         return cached
 
-    def _build(self) -> np.ndarray:  # pragma: no cover - abstract
+    def fresh(self) -> np.ndarray:
+        """``array()`` without caching it (nor any parent's array): the cached array when
+        there is one, else a new one the caller may drop (memory bound of huge checks)."""
+        cached = self.__dict__.get("_array")
+        return cached if cached is not None else self._build(cache=False)
+
+    def _parent_array(self, parent: GroupSource, cache: bool) -> np.ndarray:
+        return parent.array() if cache else parent.fresh()
+
+    def _build(self, cache: bool = True) -> np.ndarray:  # pragma: no cover - abstract
         raise NotImplementedError
 
     def locate(self, rank: int) -> tuple[int, int] | None:  # pragma: no cover
@@ -100,8 +109,8 @@ class Ortho(GroupSource):
     def group_size(self) -> int:
         return self.grid.group_size(self.token)
 
-    def _build(self):
-        return self.grid.groups(self.token)
+    def _build(self, cache=True):
+        return self.grid.groups(self.token, cache=cache)
 
     def locate(self, rank):
         r = int(rank) - self.grid.offset
@@ -147,8 +156,8 @@ class Chunks(GroupSource):
     def group_size(self):
         return self.size
 
-    def _build(self):
-        return self.parent.array().reshape(self.n_groups, self.size)
+    def _build(self, cache=True):
+        return self._parent_array(self.parent, cache).reshape(self.n_groups, self.size)
 
     def locate(self, rank):
         loc = self.parent.locate(rank)
@@ -208,8 +217,9 @@ class Hierarchical(GroupSource):
     def group_size(self):
         return self.s
 
-    def _build(self):
-        a = self.parent.array().reshape(self.parent.n_groups, self.l, self.s, self.u)
+    def _build(self, cache=True):
+        a = self._parent_array(self.parent, cache)
+        a = a.reshape(self.parent.n_groups, self.l, self.s, self.u)
         return np.ascontiguousarray(a.transpose(0, 1, 3, 2)).reshape(self.n_groups, self.s)
 
     def locate(self, rank):
@@ -265,8 +275,8 @@ class Pick(GroupSource):
     def partitions(self):
         return self.group_size == self.parent.group_size
 
-    def _build(self):
-        return np.ascontiguousarray(self.parent.array()[:, list(self.resolved)])
+    def _build(self, cache=True):
+        return np.ascontiguousarray(self._parent_array(self.parent, cache)[:, list(self.resolved)])
 
     def locate(self, rank):
         loc = self.parent.locate(rank)
@@ -306,8 +316,8 @@ class Concat(GroupSource):
     def group_size(self):
         return self.parent.group_size * self.k
 
-    def _build(self):
-        return self.parent.array().reshape(self.n_groups, self.group_size)
+    def _build(self, cache=True):
+        return self._parent_array(self.parent, cache).reshape(self.n_groups, self.group_size)
 
     def locate(self, rank):
         loc = self.parent.locate(rank)
@@ -372,7 +382,7 @@ class Fixed(GroupSource):
     def group_size(self):
         return self.data.shape[1] if self.data.size else 0
 
-    def _build(self):
+    def _build(self, cache=True):
         return self.data
 
     def locate(self, rank):

@@ -138,7 +138,7 @@ MALFORMED = [
     (("[node]\n", "[node]\ngpu_count = 8\n"), "[node] gpu_count", "unknown field"),
     (("ports = 64 ", "ports = 40 "), "ports", "at least 32 downlinks + 32 uplinks"),
     (("uplink_ports = 32\n", "uplink_ports = 0\n"), "uplink_ports", "a whole number >= 1"),
-    (("default_nodes = 127", "default_nodes = 127\nmax_nodes = 4"), "default_nodes",
+    (("max_nodes = 2048", "max_nodes = 4"), "default_nodes",
      "at most max_nodes (4)"),
     (('name = "dgx-h100-superpod"', "name = 5"), "name", "a string, got 5"),
 ]

@@ -65,6 +65,9 @@ Raise :class:`InputError` (or any :class:`~simharness.errors.SimharnessError`)
 for bad input: :class:`SimharnessGroup` prints it as one line ``error: ...``
 on stderr and exits 2; click's usage errors get the same treatment. Commands
 signal other exit statuses with ``ctx.exit(code)``; they never return ints.
+Exit statuses: 0 ok, 1 findings (:data:`EXIT_FINDINGS`), 2 bad input or a
+request too large for this machine (:data:`EXIT_USAGE`), 3 a runtime failure
+or crash (:data:`EXIT_RUNTIME`; ``SIMHARNESS_DEBUG=1`` shows a crash's traceback).
 """
 
 from __future__ import annotations
@@ -86,8 +89,15 @@ if TYPE_CHECKING:
 
 DEFAULT_GPUS_PER_NODE = 8
 
+# Exit statuses of every command (README "Exit status").
+EXIT_FINDINGS = 1  # the command ran and found an error (check, verify-export, replay mismatch)
+EXIT_USAGE = 2     # bad input or a request this machine cannot hold, refused before work
+EXIT_RUNTIME = 3   # the work started and failed: a rank died, a crash (a simharness bug)
+DEBUG_ENV = "SIMHARNESS_DEBUG"  # set to 1: an unexpected exception shows its traceback
+
 __all__ = [
-    "CONFIG_PARAMS", "DEFAULT_GPUS_PER_NODE", "InputError", "SimharnessGroup",
+    "CONFIG_PARAMS", "DEBUG_ENV", "DEFAULT_GPUS_PER_NODE", "EXIT_FINDINGS", "EXIT_RUNTIME",
+    "EXIT_USAGE", "InputError", "SimharnessGroup",
     "config_fields_from_options", "config_flags_given", "config_from_options", "config_options",
     "fail", "layout_from_options", "node_shape", "output_options",
 ]
@@ -119,7 +129,9 @@ class SimharnessGroup(click.Group):
 
     Handles click's usage errors, :class:`SimharnessError` (the library's and
     :class:`InputError`), unreadable/unwritable paths (``OSError``) and a closed
-    stdout pipe (``simharness export | head``).
+    stdout pipe (``simharness export | head``). Any other exception is a crash:
+    one ``error: internal error: ...`` line and exit 3 (never 1, which means
+    "findings"); ``SIMHARNESS_DEBUG=1`` lets the traceback through.
     """
 
     def main(self, args=None, prog_name=None, complete_var=None, standalone_mode=True,
@@ -148,6 +160,18 @@ class SimharnessGroup(click.Group):
             _error(_os_error_line(exc), 2)
         except (click.Abort, KeyboardInterrupt, EOFError):
             _error("aborted", 130)
+        except MemoryError:
+            if os.environ.get(DEBUG_ENV):
+                raise
+            _error(f"simharness ran out of memory ({_rss_words()}); try a smaller world or "
+                   f"free memory, and rerun with {DEBUG_ENV}=1 to see where.", EXIT_RUNTIME)
+        except Exception as exc:  # a crash: never a traceback, never exit 1 (findings)
+            if os.environ.get(DEBUG_ENV):
+                raise
+            where = _crash_site(exc)
+            _error(f"internal error: {type(exc).__name__}: {exc}{where}; this is a simharness "
+                   f"bug, please report it; rerun with {DEBUG_ENV}=1 to see the traceback.",
+                   EXIT_RUNTIME)
         sys.exit(rv if isinstance(rv, int) else 0)
 
     def get_command(self, ctx, cmd_name):
@@ -222,6 +246,24 @@ def _error(message: str, code: int) -> NoReturn:
         _silence_stdout()
     click.echo(f"error: {_one_line(message)}", err=True)
     sys.exit(code)
+
+
+def _crash_site(exc: BaseException) -> str:
+    """`` (at file.py:123 in func)``: the innermost simharness frame of ``exc``, or ``""``."""
+    import traceback
+
+    site = ""
+    for frame in traceback.extract_tb(exc.__traceback__):
+        if "simharness" in frame.filename.replace("\\", "/").split("/"):
+            site = f" (at {os.path.basename(frame.filename)}:{frame.lineno} in {frame.name})"
+    return site
+
+
+def _rss_words() -> str:
+    """``peak RSS 1.2 GiB``: this process's high-water mark (Linux ``ru_maxrss`` is KiB)."""
+    import resource
+
+    return f"peak RSS {resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20:.1f} GiB"
 
 
 def _silence_stdout() -> None:

@@ -19,6 +19,7 @@ from ..config import DEFAULT_MCORE, GROUP_FIELDS, MCORE_PROFILES, ParallelismCon
 from ..errors import SimharnessError
 from ..layout import Layout, build_layout
 from ..planfile import plan_json, read_plan
+from ..resources import layout_memory_check
 from . import output as out
 from .common import (
     config_fields_from_options,
@@ -191,9 +192,15 @@ def _run_check(layout: Layout):
     return list(check(layout))
 
 
-def _load(kwargs) -> tuple[Layout, bool]:
-    """The layout of the options, and whether the world was chosen automatically."""
+def _load(kwargs, command: str = "build") -> tuple[Layout, bool]:
+    """The layout of the options, and whether the world was chosen automatically.
+
+    ``command`` names the memory estimate (``simharness.resources``) checked first.
+    """
     fields, mcore = config_fields_from_options(**kwargs)
+    # The estimate comes first: validating a huge world already builds world-sized arrays.
+    layout_memory_check(ParallelismConfig.from_dict(fields, _validate=False), mcore, command,
+                        what=command.split("-")[0] if command != "build" else None)
     cfg = ParallelismConfig.from_dict(fields)
     return build_layout(cfg, mcore), fields.get("world_size") is None
 
@@ -233,7 +240,10 @@ def inspect_cmd(fmt, quiet, show_all, kinds, rank, grid, **kwargs):
     """
     if rank is not None and grid:
         fail("--rank and --grid are two views; give one of them.")
-    layout, world_auto = _load(kwargs)
+    purpose = ("build" if rank is not None else "inspect-grid" if grid
+               else "inspect" if fmt == "table" and not show_all
+               else "inspect-all" if fmt == "table" else f"inspect-{fmt}")
+    layout, world_auto = _load(kwargs, purpose)
     for k in kinds:
         layout.entry(k)  # unknown kind -> LayoutError naming the kinds
     if rank is not None:
@@ -415,14 +425,16 @@ def check_cmd(fmt, quiet, strict, **kwargs):
     """Run every check on a configuration's layout and print the findings.
 
     Findings are grouped by severity. Exit status: 0 clean, 1 when any error
-    finding (or warning, with --strict), 2 for bad input.
+    finding (or warning, with --strict), 2 for bad input or a world too large for
+    this machine's memory (refused before the work, naming the largest that fits),
+    3 a crash. From 1M ranks the checks keep memory bounded (16M ranks: about 1.2 GiB).
 
     \b
     Examples:
       simharness check -n 16 --tp 2 --pp 2 --cp 2
       simharness check --config recipe.yaml --strict --format json
     """
-    layout, world_auto = _load(kwargs)
+    layout, world_auto = _load(kwargs, "check")
     findings = _run_check(layout)
     code = findings_exit_code(findings, strict)
     if fmt == "json":
@@ -706,7 +718,7 @@ def export_cmd(fmt, quiet, out_path, **kwargs):
       simharness verify-export plan.json
       simharness export --nodes 16 --tp 8 --format csv > ranks.csv
     """
-    layout, _ = _load(kwargs)
+    layout, _ = _load(kwargs, "export" if fmt == "json" else "export-csv")
     with out.Sink(out_path) as sink:  # CSV rows: by kind (creation order), then rank
         if fmt == "json":
             sink.write(plan_json(layout))
@@ -765,6 +777,12 @@ def explain_cmd(fmt, quiet, **kwargs):
     from ..explain import explain
 
     fields, mcore = config_fields_from_options(**kwargs)
+    try:  # the rules build a huge world's pipeline groups: estimate first
+        raw = ParallelismConfig.from_dict(fields, _validate=False)
+    except SimharnessError:
+        raw = None  # explain describes it
+    if raw is not None:
+        layout_memory_check(raw, mcore, "explain", what="explain")
     ex = explain(fields, mcore)
     if fmt == "json":
         out.echo_json(ex.to_dict())

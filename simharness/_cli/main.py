@@ -4,7 +4,8 @@ The commands live in ``simharness._cli``: ``layout`` (inspect, check, diff,
 export, verify-export, explain, version), ``topology`` (place, simulate) and
 ``replay`` (replay), each exposing ``register(main)``. Shared flags, error
 handling and formatting: ``simharness._cli.common`` and ``simharness._cli.output``.
-Every bad input prints one ``error: ...`` line on stderr and exits 2.
+Every bad input prints one ``error: ...`` line on stderr and exits 2; a crash
+exits 3 (see ``simharness --help``, "Exit status").
 """
 
 from __future__ import annotations
@@ -40,6 +41,15 @@ def main(ctx, color):
 
     Every command takes the parallelism flags (Megatron/NeMo names such as
     --tensor-model-parallel-size/--tp) or --config FILE; see `simharness COMMAND --help`.
+
+    \b
+    Exit status:
+      0 ok
+      1 findings: an error finding (check, verify-export), a replay mismatch
+      2 bad input, or a request too large for this machine's memory (refused
+        before any work; SIMHARNESS_MEMORY_LIMIT=24G sets the limit)
+      3 runtime failure: a replay rank died or timed out, or a simharness crash
+        (one line; SIMHARNESS_DEBUG=1 shows the traceback)
     """
     if color is None and os.environ.get("NO_COLOR"):
         color = False

@@ -655,6 +655,22 @@ def preflight_data(layout: Layout, opts: DataPathOptions) -> None:
                           f"--force to run it anyway, or replay a smaller world.")
     preflight(layout, opts.replay_options())
     check_data_replayable(layout, opts)
+    data_memory_budget(layout, opts)
+
+
+def data_memory_budget(layout: Layout, opts: DataPathOptions):
+    """The data path's memory plan (:func:`simharness.resources.datapath_budget`); raises
+    :class:`~simharness.resources.ResourceError` when the ranks or the reference cannot fit."""
+    from ..resources import datapath_budget, replay_budget
+
+    c, W = layout.config, layout.world_size
+    if opts.kind != "megatron":
+        return replay_budget(W, 0, what="replay-data")
+    n_dense, n_expert = c.dp * c.cp, c.edp
+    return datapath_budget(W, shard_numel=opts.shard_numel, group_size=max(n_dense, n_expert),
+                           buckets=opts.dense_buckets + opts.expert_buckets, steps=opts.steps,
+                           group_buckets=W // n_dense * opts.dense_buckets
+                           + W // n_expert * opts.expert_buckets)
 
 
 def replay_data(layout: Layout, options: DataPathOptions | None = None, *,
@@ -674,7 +690,7 @@ def replay_data(layout: Layout, options: DataPathOptions | None = None, *,
         opts = replace(opts, **kwargs)
     preflight_data(layout, opts)
     run = run_local(layout, opts.replay_options(), deadline=deadline, entry=ENTRIES[opts.kind],
-                    extra={"datapath": opts.to_dict()})
+                    extra={"datapath": opts.to_dict()}, memory=data_memory_budget(layout, opts))
     report: dict[str, Any] = {
         "schema": SCHEMA, "kind": opts.kind, "backend": opts.backend,
         "world_size": layout.world_size, "mcore": layout.mcore, "config": layout.summary(),
@@ -733,5 +749,5 @@ def summary_lines(report: Mapping[str, Any]) -> list[str]:
 
 __all__ = ["DataPathOptions", "Bucket", "KINDS", "SCHEMA", "analyse_fsdp", "analyse_megatron",
            "buckets_of", "check_data_replayable", "fsdp_reference", "max_steps", "pack_tag",
-           "parse_swap", "preflight_data", "reference", "replay_data", "summary_lines",
-           "swap_ranks", "unpack_tag", "variants"]
+           "data_memory_budget", "parse_swap", "preflight_data", "reference", "replay_data",
+           "summary_lines", "swap_ranks", "unpack_tag", "variants"]

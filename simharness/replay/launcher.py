@@ -26,6 +26,7 @@ from typing import Any
 
 from ..errors import SimharnessError
 from ..layout import Layout
+from ..resources import RankBudget, replay_budget, rlimit_data_bytes
 from .options import EXIT_FAILED, ReplayError, ReplayOptions, cpu_count, max_local_gloo_ranks
 from .plan_checks import check_replayable
 from .report import build_report, plan_section
@@ -46,6 +47,7 @@ def preflight(layout: Layout, opts: ReplayOptions) -> None:
                 f"{cpu_count()} CPU core(s) (at most {limit}, {limit // cpu_count()} per core, "
                 f"without --force); pass --force to run it anyway, replay a smaller world, or "
                 f"use torchrun on several machines (--print-torchrun).")
+    memory_budget(layout, opts)  # refuses a replay whose ranks cannot fit in memory
     fault = opts.fault_spec
     if fault is not None and not 0 <= fault.rank < world:
         raise ReplayError(f"fault rank {fault.rank} is outside the world 0..{world - 1}.")
@@ -53,6 +55,12 @@ def preflight(layout: Layout, opts: ReplayOptions) -> None:
         from .megatron_engine import check_megatron
 
         check_megatron(layout, opts.backend)
+
+
+def memory_budget(layout: Layout, opts: ReplayOptions) -> RankBudget:
+    """The replay's memory plan (:func:`simharness.resources.replay_budget`); raises
+    :class:`~simharness.resources.ResourceError` when the ranks cannot fit."""
+    return replay_budget(layout.world_size, opts.overlap_bytes if opts.iters else 0)
 
 
 def _tail(path: Path) -> str:
@@ -99,11 +107,14 @@ class LocalRun:
 
 
 def run_local(layout: Layout, opts: ReplayOptions, *, deadline: float | None = None,
-              entry: str | None = None, extra: dict[str, Any] | None = None) -> LocalRun:
+              entry: str | None = None, extra: dict[str, Any] | None = None,
+              memory: RankBudget | None = None) -> LocalRun:
     """Fork ``world_size`` local ranks through the helper and wait for them.
 
     ``entry`` (``"module:function"``, default the replay's ``run_rank``) is what
-    each rank runs, with ``extra`` (JSON) passed through the spec. Raises
+    each rank runs, with ``extra`` (JSON) passed through the spec. ``memory``: each
+    rank's memory limit (``RLIMIT_DATA``) and the figures a rank killed for memory is
+    reported with (see :mod:`.local`). Raises
     :class:`ReplayError` when the helper's pre-check refused the request and
     ``KeyboardInterrupt`` after stopping every rank on Ctrl-C.
     """
@@ -111,7 +122,10 @@ def run_local(layout: Layout, opts: ReplayOptions, *, deadline: float | None = N
     with tempfile.TemporaryDirectory(prefix="simharness-replay-") as tmp:
         workdir = Path(tmp)
         spec = {"layout": layout.to_dict(), "options": opts.to_dict(), "workdir": str(workdir),
-                "launch_t0": t0, "entry": entry, "extra": extra}
+                "launch_t0": t0, "entry": entry, "extra": extra,
+                "memory": None if memory is None else {
+                    **memory.to_dict(),
+                    "rlimit_data": rlimit_data_bytes(memory, len(layout.kinds))}}
         (workdir / "spec.json").write_text(json.dumps(spec))
         log_path = workdir / "helper.log"
         env = dict(os.environ)
@@ -187,7 +201,7 @@ def replay(layout: Layout, options: ReplayOptions | None = None, *,
     opts = (options or ReplayOptions(**kwargs)).validate()
     preflight(layout, opts)
     plan = plan_section(layout)
-    run = run_local(layout, opts, deadline=deadline)
+    run = run_local(layout, opts, deadline=deadline, memory=memory_budget(layout, opts))
     report = build_report(layout, opts, run.gathered, failure=run.failure, launch_t0=run.t0,
                           t_end=time.time(), plan=plan,
                           interrupted=bool(run.failure and run.failure["kind"] == "interrupted"))
@@ -244,5 +258,6 @@ def _divisors(n: int) -> str:
     return ", ".join(map(str, ds[:8]))
 
 
-__all__ = ["EXIT_FAILED", "LocalRun", "preflight", "replay", "run_local", "torchrun_command",
+__all__ = ["EXIT_FAILED", "LocalRun", "memory_budget", "preflight", "replay", "run_local",
+           "torchrun_command",
            "write_report"]

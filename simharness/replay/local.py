@@ -53,6 +53,48 @@ def set_pdeathsig(sig: int = signal.SIGKILL) -> None:
         pass
 
 
+def _vm_data() -> int | None:
+    """This process's data segment in bytes (``VmData``: what ``RLIMIT_DATA`` counts)."""
+    try:
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith("VmData:"):
+                return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        return None
+    return None
+
+
+def limit_memory(head_room: int) -> int | None:
+    """Cap this rank's data segment at its current size + ``head_room`` (``RLIMIT_DATA``;
+    ``RLIMIT_AS`` would count the address space torch reserves and never touches). Past it
+    an allocation fails with ``MemoryError`` in this rank instead of the kernel's OOM
+    killer picking a process. Returns the limit set, or None where it cannot be set."""
+    import resource
+
+    now = _vm_data()
+    if now is None:
+        return None
+    soft, hard = now + int(head_room), resource.getrlimit(resource.RLIMIT_DATA)[1]
+    if hard != resource.RLIM_INFINITY:
+        soft = min(soft, hard)
+    try:
+        resource.setrlimit(resource.RLIMIT_DATA, (soft, hard))
+    except (ValueError, OSError):  # pragma: no cover - a hard limit below the current use
+        return None
+    return soft
+
+
+def oom_kills() -> int | None:
+    """The kernel's count of OOM kills since boot (``/proc/vmstat`` ``oom_kill``)."""
+    try:
+        for line in Path("/proc/vmstat").read_text().splitlines():
+            if line.startswith("oom_kill "):
+                return int(line.split()[1])
+    except (OSError, ValueError, IndexError):
+        return None
+    return None
+
+
 def write_json(path: Path, obj: Any) -> None:
     tmp = path.with_suffix(path.suffix + ".tmp")
     with open(tmp, "w", encoding="utf-8") as fh:
@@ -146,13 +188,16 @@ def resolve_entry(name: str | None):
 
 
 def _child(rank: int, rd: int, layout: Layout, opts: ReplayOptions, workdir: Path,
-           entry: str | None = None, extra: Any = None) -> None:
+           entry: str | None = None, extra: Any = None,
+           memory: dict[str, Any] | None = None) -> None:
     """One rank (runs in the forked process; never returns)."""
     code = 1
     try:
         signal.signal(signal.SIGTERM, signal.SIG_DFL)
         signal.signal(signal.SIGINT, signal.SIG_DFL)
         set_pdeathsig()
+        if memory and memory.get("rlimit_data"):
+            limit_memory(memory["rlimit_data"])
         import torch
         import torch.distributed as dist
 
@@ -246,7 +291,7 @@ class _Ranks:
         reaped = False
         while True:
             try:
-                pid, status = os.waitpid(-1, os.WNOHANG)
+                pid, status, usage = os.wait4(-1, os.WNOHANG)
             except ChildProcessError:
                 return reaped
             if pid == 0:
@@ -255,7 +300,8 @@ class _Ranks:
             if r is None:
                 continue
             code = os.waitstatus_to_exitcode(status)
-            self.exits[r] = {"code": code, "time": time.time(), "killed": r in self.killed}
+            self.exits[r] = {"code": code, "time": time.time(), "killed": r in self.killed,
+                             "max_rss": usage.ru_maxrss * 1024}  # Linux: KiB
             reaped = True
             if code != 0 and r not in self.killed and self.first_fail is None:
                 self.first_fail = time.time()
@@ -273,9 +319,10 @@ class _Ranks:
         for pid, r in self.pids.items():
             if r not in self.exits:
                 try:
-                    _, status = os.waitpid(pid, 0)
+                    _, status, usage = os.wait4(pid, 0)
                     self.exits[r] = {"code": os.waitstatus_to_exitcode(status),
-                                     "time": time.time(), "killed": True}
+                                     "time": time.time(), "killed": True,
+                                     "max_rss": usage.ru_maxrss * 1024}
                 except ChildProcessError:
                     self.exits[r] = {"code": None, "time": time.time(), "killed": True}
 
@@ -356,6 +403,9 @@ def diagnose(outcome: dict[str, Any], workdir: Path, W: int,
             how += " (injected fault)"
         msg = (f"rank {r} died: it {how} without reporting an error, during "
                f"{where.get(r, 'not started')}.")
+        if code == -signal.SIGKILL:
+            msg = (f"rank {r} was killed (signal 9) during {where.get(r, 'its start')}, "
+                   f"{_oom_words(outcome, exits[r])}.")
         if blocked:
             msg += f" Then rank {blocked['rank']}: {' '.join(blocked['message'].split())[:240]}"
         return {**base, "kind": "rank_died", "rank": r, "exit_code": code,
@@ -369,6 +419,8 @@ def diagnose(outcome: dict[str, Any], workdir: Path, W: int,
         ctx = e.get("context") or {}
         missing = ctx.get("missing_ranks") or []
         msg = f"rank {r}: {e['type']}: {' '.join(e['message'].split())[:400]}"
+        if e["type"] == "MemoryError":
+            msg += f" ({_memory_error_words(outcome)})"
         if kind == "timeout":
             msg = (f"{ctx.get('op', 'a collective')} on {_ctx_group(ctx)} did not complete "
                    f"within {timeout:g} s on rank {r}")
@@ -383,6 +435,45 @@ def diagnose(outcome: dict[str, Any], workdir: Path, W: int,
     bad = sorted(r for r, e in exits.items() if e["code"] != 0)
     return {**base, "kind": "unknown", "rank": bad[0] if bad else None,
             "message": f"rank(s) {bad} did not finish; no error was reported."}
+
+
+def _fmt(n: float | None) -> str:
+    from ..resources import fmt_bytes
+
+    return "?" if n is None else fmt_bytes(n)
+
+
+def _oom_words(outcome: dict[str, Any], exit_: dict[str, Any]) -> str:
+    """Why a rank got SIGKILL from outside: the OOM killer's count, its peak, the budget."""
+    kills = outcome.get("oom_kills")
+    if kills:
+        words = (f"out of memory: the kernel's OOM killer ran {kills} time(s) during the "
+                 f"replay")
+    elif kills == 0:
+        words = ("not by the kernel's OOM killer (its count did not change): by something "
+                 "outside simharness")
+    else:
+        words = "most likely out of memory"
+    if exit_.get("max_rss"):
+        words += f"; its peak RSS was {_fmt(exit_['max_rss'])}"
+    mem = outcome.get("memory") or {}
+    if mem:
+        words += (f"; estimate {_fmt(mem.get('rank_estimate'))} per rank, "
+                  f"{_fmt(mem.get('available'))} available ({mem.get('source')}) at the start")
+    if kills != 0:
+        words += "; lower the world or the sizes (--shard-numel, --steps, --overlap-bytes)"
+    return words
+
+
+def _memory_error_words(outcome: dict[str, Any]) -> str:
+    mem = outcome.get("memory") or {}
+    if not mem:
+        return "out of memory"
+    return (f"out of memory: it reached its limit (RLIMIT_DATA: its share "
+            f"{_fmt(mem.get('rank_limit'))} of {_fmt(mem.get('available'))} available, plus "
+            f"{_fmt((mem.get('rlimit_data') or 0) - (mem.get('rank_limit') or 0))} for thread "
+            f"stacks); estimate {_fmt(mem.get('rank_estimate'))} per rank; lower the world or "
+            f"the sizes")
 
 
 def _ctx_group(ctx: dict[str, Any]) -> str:
@@ -418,6 +509,7 @@ def main(argv: list[str] | None = None) -> int:
 
     resolve_entry(spec.get("entry"))  # the same for a custom entry
     W = layout.world_size
+    oom0 = oom_kills()
     t_fork = time.time()
     pids: dict[int, int] = {}
     writers: list[int] = []
@@ -429,7 +521,8 @@ def main(argv: list[str] | None = None) -> int:
                 os.close(wr)
                 for w in writers:
                     os.close(w)
-                _child(r, rd, layout, opts, workdir, spec.get("entry"), spec.get("extra"))
+                _child(r, rd, layout, opts, workdir, spec.get("entry"), spec.get("extra"),
+                       spec.get("memory"))
             os.close(rd)
             writers.append(wr)
             pids[pid] = r
@@ -445,6 +538,9 @@ def main(argv: list[str] | None = None) -> int:
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGKILL)
         outcome = {"exits": {}, "stopped": "interrupted", "progress": {}}
+    oom1 = oom_kills()
+    outcome["oom_kills"] = None if oom0 is None or oom1 is None else oom1 - oom0
+    outcome["memory"] = spec.get("memory")
     outcome["pids"] = {str(r): pid for pid, r in pids.items()}
     outcome["t_fork"] = t_fork
     outcome["t_end"] = time.time()

@@ -22,10 +22,12 @@ EXIT_USAGE = 2         # bad input, refused before any process started
 EXIT_FAILED = 3        # the replay did not complete: a rank died, a collective timed out
 EXIT_INTERRUPTED = 130  # Ctrl-C
 
+OOM_FAULT_CAP = 8 << 30  # the ``oom`` fault gives up after this many bytes
+
 # gloo ranks per CPU core the launcher accepts without --force.
 GLOO_RANKS_PER_CORE = 32
 
-FAULT_ACTIONS = ("exit", "hang", "raise")
+FAULT_ACTIONS = ("exit", "hang", "raise", "kill", "oom")
 FAULT_PHASES = ("init", "create", "verify", "probe", "gather")
 
 
@@ -61,7 +63,10 @@ class Fault:
 
     ``exit``: the process exits at once with code 17, writing nothing;
     ``hang``: it sleeps (its peers' collectives time out);
-    ``raise``: it raises ``RuntimeError``.
+    ``raise``: it raises ``RuntimeError``;
+    ``kill``: it sends itself SIGKILL (what the kernel's OOM killer does);
+    ``oom``: it allocates until its memory limit stops it (``MemoryError``; at most
+    :data:`OOM_FAULT_CAP` bytes, then ``RuntimeError``: no limit in force).
 
     >>> Fault.parse("3:exit@verify")
     Fault(rank=3, action='exit', phase='verify')

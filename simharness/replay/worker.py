@@ -15,6 +15,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import os
+import signal
 import socket
 import sys
 import time
@@ -33,6 +34,7 @@ from .options import (
     EXIT_FAILED,
     EXIT_INTERRUPTED,
     EXIT_USAGE,
+    OOM_FAULT_CAP,
     Fault,
     ReplayOptions,
     parse_bytes,
@@ -132,6 +134,14 @@ def _fault(fault: Fault | None, rank: int, phase: str) -> None:
     if fault.action == "hang":
         while True:
             time.sleep(3600)
+    if fault.action == "kill":
+        os.kill(os.getpid(), signal.SIGKILL)
+    if fault.action == "oom":
+        hog: list[bytearray] = []
+        while len(hog) < OOM_FAULT_CAP >> 24:
+            hog.append(bytearray(1 << 24))  # 16 MiB at a time: MemoryError at the limit
+        raise RuntimeError(f"injected fault on rank {rank} at {phase}: allocated "
+                           f"{len(hog) << 24} bytes and no memory limit stopped it")
     raise RuntimeError(f"injected fault on rank {rank} at {phase}")
 
 
