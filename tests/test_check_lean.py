@@ -124,3 +124,13 @@ def test_lean_check_leaves_no_group_array_cached():
     assert cached == []
     check(lay, lean=False)
     assert "dp_cp" in [k for k in lay.kinds if "_array" in lay.source(k).__dict__]
+
+
+def test_a_rank_left_out_of_its_dp_cp_group_is_a_finding_not_a_crash():
+    # found by the hypothesis test above: rank 0 replaced by rank 1 in dp_cp group 0
+    def leave_out_rank_0(d):
+        d["kinds"]["dp_cp"]["groups"][0][0] = 1
+
+    findings = same(edited(layout(create_all_gather_group=True), leave_out_rank_0))
+    assert any(f["code"] == "creation-order" and f["severity"] == "error"
+               and "rank 0" in f["message"] for f in findings)
