@@ -283,8 +283,9 @@ class _Runner:
                    else os.path.join(rnd.dir, "logs"))
         env = {ENV_DIR: rnd.dir, ENV_DONE: done_file, ENV_TIMEOUT: str(spec.timeout_s),
                ENV_ROUND: str(rnd.number)}
-        target = ("-m", "pytest", "-p", "simharness.runtests.plugin",
-                  "-p", "no:cacheprovider", *spec.pytest_args)
+        # no cache writes from W processes at once; no per-process random test order
+        target = ("-m", "pytest", "-p", "simharness.runtests.plugin", "-p", "no:cacheprovider",
+                  "-p", "no:randomly", *spec.pytest_args)
         run_id = None if spec.run_id is None else f"{spec.run_id}-{rnd.number}"
         try:
             result = launch(LaunchSpec(target, spec.nproc_per_node, spec.nnodes,
