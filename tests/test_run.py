@@ -72,7 +72,8 @@ def test_junit_counts_hangs_as_failures():
 
 @pytest.mark.parametrize("args, message", [
     (["-n", "0", "--", "pytest", CASES], "-n/--world-size must be >= 1, got 0"),
-    (["-n", "2", "--", "pytest", "tests/run_cases/nope.py"], "test path 'tests/run_cases/nope.py' does not exist"),
+    (["-n", "2", "--", "pytest", "tests/run_cases/nope.py::t"],
+     "test path 'tests/run_cases/nope.py' does not exist"),
     (["-n", "2", "--", "pytest", "-n", "4", CASES], "pytest-xdist inside the ranks"),
     (["-n", "2"], "nothing to run"),
     (["-n", "2", "--", "bash", "x.sh"], "neither pytest, python nor a .py script"),
