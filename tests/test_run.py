@@ -125,3 +125,33 @@ def test_arguments_that_select_nothing_exit_5():
     assert [ln for ln in out.stderr.splitlines() if ln.startswith("error:")] == [
         "error: the pytest arguments select no tests (pytest's exit status 5): -p no:randomly "
         f"-k no_such_test_name {CASES}"]
+
+
+@pytest.mark.launch
+def test_two_agents_on_loopback_share_one_run(tmp_path):
+    """--nnodes 2: two `simharness run` agents (one rank each) meet at one c10d rendezvous
+    and give the same verdicts, read from a shared --results-dir."""
+    from simharness.launch.launcher import free_port
+
+    endpoint = f"127.0.0.1:{free_port()}"
+    env = dict(os.environ)
+    env["PYTHONPATH"] = str(ROOT) + os.pathsep + env.get("PYTHONPATH", "")
+    cmd = [sys.executable, "cli.py", "run", "-n", "2", "--nnodes", "2", "--rdzv-endpoint",
+           endpoint, "--run-id", "loopback", "--results-dir", str(tmp_path), "--", "pytest",
+           "-q", "-k", "all_reduce or rank_1", CASES]
+    agents = [subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.PIPE,
+                               stderr=subprocess.PIPE, text=True) for _ in range(2)]
+    outs = []
+    try:
+        for a in agents:
+            outs.append(a.communicate(timeout=TIMEOUT))
+    finally:
+        for a in agents:
+            if a.poll() is None:
+                a.kill()
+                a.wait()
+    for a, (stdout, stderr) in zip(agents, outs):
+        assert a.returncode == 1, stdout + stderr
+        assert re.search(r"^PASSED .*::test_all_reduce_on_cuda$", stdout, re.M), stdout
+        assert "test_fails_on_rank_1_only  (first failing rank 1; failing ranks 1)" in stdout
+        assert "1 passed, 1 failed, 0 skipped, 0 hung" in stdout

@@ -185,7 +185,7 @@ def launch(spec: LaunchSpec) -> LaunchResult:
         min_nodes=spec.nnodes, max_nodes=spec.nnodes, nproc_per_node=spec.nproc_per_node,
         run_id=run_id, rdzv_backend="c10d", rdzv_endpoint=endpoint,
         rdzv_configs={"timeout": spec.rdzv_timeout_s}, max_restarts=0, monitor_interval=0.1,
-        local_addr="127.0.0.1" if spec.nnodes == 1 else None,
+        local_addr=_local_addr(spec, endpoint),
         log_line_prefix_template=None if spec.log_dir else "[rank${rank}]:",
         logs_specs=DefaultLogsSpecs(log_dir=log_dir, redirects=Std.ALL, tee=tee),
         shutdown_timeout=spec.grace_s)
@@ -210,6 +210,13 @@ def launch(spec: LaunchSpec) -> LaunchResult:
                 signal.signal(sig, handler)
         if tmp:
             shutil.rmtree(tmp, ignore_errors=True)
+
+
+def _local_addr(spec: LaunchSpec, endpoint: str) -> str | None:
+    """127.0.0.1 for one node or a loopback rendezvous (agents on one machine); else None,
+    so torch names this node by its host name, as torchrun does."""
+    host = endpoint.rpartition(":")[0].strip("[]")
+    return "127.0.0.1" if spec.nnodes == 1 or host in ("127.0.0.1", "localhost", "::1") else None
 
 
 def _exits(spec: LaunchSpec, failures: Mapping[int, object]) -> tuple[RankExit, ...]:

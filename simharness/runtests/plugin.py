@@ -230,11 +230,16 @@ class RankSession:
             self.barrier("end")  # the watchdog stays armed: a peer stuck in the last test
         self.watchdog.disarm()
         self.write(kind="end", exitstatus=int(exitstatus), peak_rss_kib=_peak_rss_kib())
+        if int(exitstatus) in (0, 1):
+            # the verdicts are in the records; a rank ends 0 whatever its tests did, so
+            # that torch's agents all succeed and none waits in the exit barrier for one
+            # whose ranks "failed" (several nodes)
+            session.exitstatus = 0
 
 
 def _user_stack(frame: Any) -> str:
     """The innermost :data:`STACK_FRAMES` frames, pytest's and pluggy's own left out."""
-    skip = ("/_pytest/", "/pluggy/", os.sep + "runpy.py", "<frozen runpy>",
+    skip = ("/_pytest/", "/pluggy/", "/pytest/__main__.py", os.sep + "runpy.py", "<frozen runpy>",
             os.path.join("simharness", "launch", "rank.py"))
     frames = [f for f in traceback.extract_stack(frame) if not any(s in f.filename for s in skip)]
     return "".join(traceback.format_list(frames[-STACK_FRAMES:]))
