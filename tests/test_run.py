@@ -150,7 +150,7 @@ def test_two_agents_on_loopback_share_one_run(tmp_path):
             if a.poll() is None:
                 a.kill()
                 a.wait()
-    for a, (stdout, stderr) in zip(agents, outs):
+    for a, (stdout, stderr) in zip(agents, outs, strict=True):
         assert a.returncode == 1, stdout + stderr
         assert re.search(r"^PASSED .*::test_all_reduce_on_cuda$", stdout, re.M), stdout
         assert "test_fails_on_rank_1_only  (first failing rank 1; failing ranks 1)" in stdout
