@@ -3,14 +3,16 @@
 
     python bench/bench_run.py                      # the default files below
     python bench/bench_run.py -n 8 FILE [FILE...]  # any pytest files (paths or node ids)
-    python bench/bench_run.py --upstream DIR       # + Megatron-LM's test_parallel_state.py
+    python bench/bench_run.py --upstream           # + the pinned upstream suites
 
-Default files: tests/run_cases/megatron_cases.py (40 Megatron-Core tests, 8 ranks) and
-tests/run_cases/dist_cases.py (7 tests with a fail, a needs-GPU skip and a hang, 4 ranks).
+Default files: examples/run/megatron_cases.py (40 Megatron-Core tests, 8 ranks) and
+examples/run/dist_cases.py (7 tests with a fail, a needs-GPU skip and a hang, 4 ranks).
 
-``--upstream DIR``: a Megatron-LM checkout (or the pinned files of
-tests/megatron_harness.py's cache) holding tests/unit_tests/test_parallel_state.py; it is run
-from DIR with DIR on PYTHONPATH. Nothing is downloaded here (CI has no internet).
+``--upstream``: also the pinned upstream suites of tests/upstream_suites.py (Megatron-LM
+core_v0.16.1 tests/unit_tests/test_parallel_state.py), run from their cache directory
+without this project's pytest options; a suite not in the cache is listed as "needs the
+files" (``python tests/upstream_suites.py --git MIRROR`` puts it there; nothing is
+downloaded).
 """
 
 from __future__ import annotations
@@ -24,7 +26,7 @@ import time
 from simharness.runtests.runner import RunSpec, cores, memory_plan, run_pytest
 from simharness.runtests.verdicts import counts
 
-DEFAULT = (("tests/run_cases/megatron_cases.py", 8), ("tests/run_cases/dist_cases.py", 4))
+DEFAULT = (("examples/run/megatron_cases.py", 8), ("examples/run/dist_cases.py", 4))
 
 
 def bench_file(path: str, ranks: int, timeout: float, cwd: str | None = None) -> dict:
@@ -35,7 +37,8 @@ def bench_file(path: str, ranks: int, timeout: float, cwd: str | None = None) ->
     try:
         if cwd:
             os.chdir(cwd)
-        rep = run_pytest(RunSpec((path, "-q", "-W", "ignore::UserWarning"), ranks,
+        own = ("-o", "addopts=", "--rootdir", ".") if cwd else ()  # not this project's ini
+        rep = run_pytest(RunSpec((path, "-q", "-W", "ignore::UserWarning", *own), ranks,
                                  timeout_s=timeout))
     finally:
         os.chdir(old)
@@ -57,18 +60,23 @@ def main(argv=None) -> int:
     ap.add_argument("files", nargs="*", help="pytest files or node ids (default: see above)")
     ap.add_argument("-n", type=int, default=8, help="ranks for FILES (default 8)")
     ap.add_argument("--timeout", type=float, default=60.0, help="per-test hang timeout (s)")
-    ap.add_argument("--upstream", default=None, metavar="DIR",
-                    help="a Megatron-LM tree with tests/unit_tests/test_parallel_state.py")
+    ap.add_argument("--upstream", action="store_true",
+                    help="also the pinned upstream suites (tests/upstream_suites.py)")
     args = ap.parse_args(argv)
     jobs: list[tuple[str, int, str | None]] = (
         [(f, args.n, None) for f in args.files] if args.files
         else [(f, n, None) for f, n in DEFAULT])
     if args.upstream:
-        path = os.path.join(args.upstream, "tests/unit_tests/test_parallel_state.py")
-        if not os.path.exists(path):
-            print(f"error: {path} does not exist (give a Megatron-LM checkout)", file=sys.stderr)
-            return 2
-        jobs.append(("tests/unit_tests/test_parallel_state.py", 8, args.upstream))
+        sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "tests"))
+        import upstream_suites
+
+        for suite in upstream_suites.SUITES.values():
+            root = upstream_suites.cached(suite)
+            if root is None:
+                print(f"{suite.name}: needs the files (python tests/upstream_suites.py --git "
+                      f"MIRROR-OF-{suite.repo})")
+            else:
+                jobs.append((suite.run, suite.ranks, str(root)))
     print(f"{cores()} CPU cores; load average {os.getloadavg()[0]:.1f}; "
           f"{memory_plan(8).describe()}")
     print(f"{'file':45} {'W':>2} {'tests':>5} {'pass':>4} {'fail':>4} {'skip':>4} "

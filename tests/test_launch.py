@@ -22,7 +22,7 @@ from simharness.launch.env import TORCHRUN_VARS, RankEnv, RankEnvError
 from simharness.launch.rank import NEEDS_GPU_EXIT, RankUsageError, parse
 
 ROOT = Path(__file__).resolve().parent.parent
-SCRIPTS = Path(__file__).resolve().parent / "launch_scripts"
+SCRIPTS = ROOT / "examples" / "launch"
 TIMEOUT = 180
 
 

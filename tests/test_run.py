@@ -1,7 +1,7 @@
 """``simharness run``: bad input, one verdict per test across ranks, hangs, JUnit, exit codes.
 
 The pure verdict rules are doctested in simharness/runtests/verdicts.py; here the rules that
-decide a verdict, then the command itself on real ranks (tests/run_cases/dist_cases.py).
+decide a verdict, then the command itself on real ranks (examples/run/dist_cases.py).
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ import pytest
 from simharness.runtests.verdicts import exit_code, junit_xml, verdict
 
 ROOT = Path(__file__).resolve().parent.parent
-CASES = "tests/run_cases/dist_cases.py"
+CASES = "examples/run/dist_cases.py"
 TIMEOUT = 240
 
 
@@ -72,8 +72,8 @@ def test_junit_counts_hangs_as_failures():
 
 @pytest.mark.parametrize("args, message", [
     (["-n", "0", "--", "pytest", CASES], "-n/--world-size must be >= 1, got 0"),
-    (["-n", "2", "--", "pytest", "tests/run_cases/nope.py::t"],
-     "test path 'tests/run_cases/nope.py' does not exist"),
+    (["-n", "2", "--", "pytest", "examples/run/nope.py::t"],
+     "test path 'examples/run/nope.py' does not exist"),
     (["-n", "2", "--", "pytest", "-n", "4", CASES], "pytest-xdist inside the ranks"),
     (["-n", "2"], "nothing to run"),
     (["-n", "2", "--", "bash", "x.sh"], "neither pytest, python nor a .py script"),

@@ -46,11 +46,11 @@ def test_create_all_gather_group(rank, world, parallel_config, layout):
 
 def test_world_size_verdicts_reach_the_test_process():
     """A world_size test that fails on rank 1 only fails with rank 1's message; one that
-    passes on both ranks passes (tests/run_cases/world_size_cases.py, run by pytest)."""
+    passes on both ranks passes (examples/run/world_size_cases.py, run by pytest)."""
     env = dict(os.environ)
     env["PYTHONPATH"] = str(ROOT) + os.pathsep + env.get("PYTHONPATH", "")
     out = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:randomly",
-                          "-p", "no:cacheprovider", "tests/run_cases/world_size_cases.py"],
+                          "-p", "no:cacheprovider", "examples/run/world_size_cases.py"],
                          cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
     assert out.returncode == 1, out.stdout + out.stderr
     assert "1 failed, 1 passed" in out.stdout, out.stdout

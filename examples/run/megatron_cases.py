@@ -1,10 +1,9 @@
 """A Megatron-Core distributed test file written the way GPU suites are (torchrun + NCCL,
 ``torch.cuda.set_device``, CUDA tensors), for ``simharness run -n 8``: 40 tests.
 
-Used by bench/bench_run.py (wall time of a 40-test file on 8 ranks) and by the slow test in
-tests/test_run.py. Not collected by the normal suite (not named test_*.py). Each test builds
-Megatron's groups with megatron-core's own ``initialize_model_parallel`` on gloo (the shim
-turns NCCL into gloo), checks them against ``simharness.build_layout`` and runs one real
+Used by bench/bench_run.py (wall time of a 40-test file on 8 ranks). Outside the testpaths,
+so the normal suite does not collect it. Each test builds Megatron's groups with
+megatron-core's own ``initialize_model_parallel`` on gloo (the shim turns NCCL into gloo), checks them against ``simharness.build_layout`` and runs one real
 all-reduce on the data-parallel group.
 """
 

@@ -1,5 +1,5 @@
 """Distributed tests written for GPUs (torchrun + NCCL), run by tests/test_run.py through
-`simharness run` on CPU ranks. Not collected by the normal suite (not named test_*.py).
+`simharness run` on CPU ranks. Outside the testpaths, so the normal suite does not collect it.
 
 Outcomes by design: passes, one failure on rank 1 only, a NeedsGPU skip, a plain skip, a
 hang on ranks 0 and 1 (the others wait), and a test after the hang that must still run.

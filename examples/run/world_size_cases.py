@@ -1,5 +1,5 @@
 """world_size tests whose verdicts tests/test_testing_plugin.py checks from outside (one must
-fail). Not collected by the normal suite (not named test_*.py)."""
+fail). Outside the testpaths, so the normal suite does not collect it."""
 
 import pytest
 import torch
