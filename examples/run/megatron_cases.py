@@ -3,8 +3,9 @@
 
 Used by bench/bench_run.py (wall time of a 40-test file on 8 ranks). Outside the testpaths,
 so the normal suite does not collect it. Each test builds Megatron's groups with
-megatron-core's own ``initialize_model_parallel`` on gloo (the shim turns NCCL into gloo), checks them against ``simharness.build_layout`` and runs one real
-all-reduce on the data-parallel group.
+megatron-core's own ``initialize_model_parallel`` on gloo (the shim turns NCCL into gloo),
+checks them against ``simharness.build_layout`` and runs one real all-reduce on the
+data-parallel group.
 """
 
 import os
