@@ -7,17 +7,14 @@ DP-with-CP group itself. The body runs on 4 CPU ranks (tp 1, cp 2, dp 2); both s
 one test, so Megatron is imported once per rank.
 """
 
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
-pytestmark = pytest.mark.launch
 ROOT = Path(__file__).resolve().parent.parent
 
 
+@pytest.mark.launch
 @pytest.mark.world_size(4, context_parallel_size=2, create_all_gather_group=True, timeout=240)
 def test_create_all_gather_group(rank, world, parallel_config, layout):
     ps = pytest.importorskip("megatron.core.parallel_state")
@@ -44,15 +41,45 @@ def test_create_all_gather_group(rank, world, parallel_config, layout):
     ps.destroy_model_parallel()
 
 
-def test_world_size_verdicts_reach_the_test_process():
-    """A world_size test that fails on rank 1 only fails with rank 1's message; one that
-    passes on both ranks passes (examples/run/world_size_cases.py, run by pytest)."""
-    env = dict(os.environ)
-    env["PYTHONPATH"] = str(ROOT) + os.pathsep + env.get("PYTHONPATH", "")
-    out = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:randomly",
-                          "-p", "no:cacheprovider", "examples/run/world_size_cases.py"],
-                         cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
-    assert out.returncode == 1, out.stdout + out.stderr
-    assert "1 failed, 1 passed" in out.stdout, out.stdout
-    assert "failed on rank 1 of 2 (failing ranks [1])" in out.stdout
-    assert "rank 1 says no" in out.stdout
+@pytest.mark.parametrize("outcome, detail, expect", [
+    ("passed", "", None),
+    ("failed", "E  no", "failed on rank 1 of 2 (failing ranks [1]):\nE  no"),
+    ("hung", "stuck on ranks 1", "hung past 5 s on 2 ranks:\nstuck on ranks 1"),
+    ("skipped", "needs GPU: x", "needs GPU: x"),
+])
+def test_world_size_verdict_becomes_the_test_outcome(monkeypatch, fake_item, outcome, detail,
+                                                     expect):
+    """The verdict of the ranks is the test's outcome (the runner replaced by its report)."""
+    import simharness.runtests.runner as runner
+    from simharness.runtests.verdicts import Verdict
+    from simharness.testing import _run_on_ranks
+
+    seen = {}
+
+    def fake_run(spec, *a, **k):
+        seen["spec"] = spec
+        v = Verdict("t.py::test_x", outcome, (1,), 1 if outcome != "passed" else None,
+                    detail, 0.1)
+        return runner.RunReport((v,), 2, 1, 0.1)
+
+    monkeypatch.setattr(runner, "run_pytest", fake_run)
+    mark = pytest.mark.world_size(2, timeout=5).mark
+    if expect is None:
+        _run_on_ranks(fake_item, mark)
+    else:
+        kind = pytest.skip.Exception if outcome == "skipped" else pytest.fail.Exception
+        with pytest.raises(kind) as info:
+            _run_on_ranks(fake_item, mark)
+        assert str(info.value.msg) == expect
+    assert (seen["spec"].nproc_per_node, seen["spec"].timeout_s) == (2, 5.0)
+    assert seen["spec"].pytest_args[0] == f"{fake_item.path}::test_x"
+
+
+@pytest.fixture
+def fake_item(request):
+    """A stand-in for a collected test item: what _run_on_ranks reads from one."""
+    class Item:
+        nodeid = "t.py::test_x"
+        path = ROOT / "t.py"
+        config = request.config
+    return Item()
