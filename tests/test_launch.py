@@ -190,6 +190,15 @@ def test_gpu_style_script_runs_unedited_on_four_cpu_ranks():
             (int(r), int(r), 4, "127.0.0.1")
     assert len(re.findall(r"error: needs a real GPU: torch.cuda.Stream at .*gpu_style.py:\d+",
                           text)) == 4, text
+    ignored = re.findall(r"\[rank0\]:simharness shim: ignored \(GPU-only, not run on CPU\): (.*)",
+                         text)
+    assert len(ignored) == 1 and "[rank1]:simharness shim" not in text, text
+    for part in ("init_process_group: backend 'cuda:nccl,cpu:gloo' (runs on gloo)",
+                 "init_process_group: device_id=device(type='cuda', index=0)",
+                 "new_group: backend 'nccl' (runs on gloo) (2x)",
+                 "new_group: pg_options=ProcessGroupNCCL.Options({'is_high_priority_stream': "
+                 "True, 'cga_cluster_size': 2}) (2x)"):
+        assert part in ignored[0], ignored[0]
 
 
 @pytest.mark.launch

@@ -113,6 +113,8 @@ def test_verdicts_across_two_ranks_with_a_hang_then_the_rest_of_the_file(tmp_pat
     assert re.search(r"dist_cases.py\", line \d+, in test_hangs_on_rank_0", text)
     assert "3 passed, 1 failed, 2 skipped (1 need a GPU), 1 hung" in text
     assert "(2 round(s))" in text
+    assert ("simharness shim (rank 0): ignored GPU-only options, not run on CPU: "
+            "init_process_group: backend 'nccl' (runs on gloo)") in out.stderr, out.stderr
     suite = ET.parse(junit).getroot()
     assert (suite.get("tests"), suite.get("failures"), suite.get("skipped")) == ("7", "2", "2")
 

@@ -247,6 +247,9 @@ def _run_pytest(args, nproc, nnodes, rdzv_endpoint, run_id, timeout, junit, log_
         report = run_pytest(spec, on_verdict, on_round)
         interrupted = report.interrupted
         rounds, peaks = report.rounds, report.peak_rss_kib
+        if report.shim_ignored:
+            out.echo("simharness shim (rank 0): ignored GPU-only options, not run on CPU: "
+                     + "; ".join(report.shim_ignored), err=True)
     except KeyboardInterrupt:
         interrupted, rounds, peaks = signal.SIGINT, 0, {}
     except RunError as exc:

@@ -139,6 +139,21 @@ class Shim:
     current_device: int = 0
     _undo: list[Callable[[], None]] = field(default_factory=list, repr=False)
 
+    def ignored_summary(self, limit: int = 12) -> list[str]:
+        """The distinct ignored options (``call: detail``), most frequent first, with counts.
+
+        >>> s = Shim(0, 1, ())
+        >>> s.ignored += [Ignored("new_group", "pg_options=X", "a.py:1")] * 3
+        >>> s.ignored_summary()
+        ['new_group: pg_options=X (3x)']
+        """
+        counts: dict[str, int] = {}
+        for item in self.ignored:
+            key = f"{item.call}: {item.detail}"
+            counts[key] = counts.get(key, 0) + 1
+        ranked = sorted(counts.items(), key=lambda kv: (-kv[1], kv[0]))[:limit]
+        return [k if n == 1 else f"{k} ({n}x)" for k, n in ranked]
+
     def uninstall(self) -> None:
         """Restore every patched name and leave the tensor mode (last patched, first undone)."""
         global _ACTIVE

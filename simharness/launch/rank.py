@@ -119,7 +119,22 @@ def main(argv: list[str] | None = None) -> int:
             return code or 0
         print(code, file=sys.stderr)
         return 1
+    finally:
+        _report_ignored()
     return 0
+
+
+def _report_ignored() -> None:
+    """Rank 0 of a script says once which GPU-only options the shim dropped."""
+    from . import gpu_shim
+
+    shim = gpu_shim.active()
+    if shim is None or os.environ.get("RANK", "0") != "0" or os.environ.get("SIMHARNESS_RUN_DIR"):
+        return
+    items = shim.ignored_summary()
+    if items:
+        print("simharness shim: ignored (GPU-only, not run on CPU): " + "; ".join(items),
+              file=sys.stderr)
 
 
 if __name__ == "__main__":

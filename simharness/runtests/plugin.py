@@ -229,7 +229,11 @@ class RankSession:
         if self.index and int(exitstatus) in (0, 1):
             self.barrier("end")  # the watchdog stays armed: a peer stuck in the last test
         self.watchdog.disarm()
-        self.write(kind="end", exitstatus=int(exitstatus), peak_rss_kib=_peak_rss_kib())
+        from ..launch import gpu_shim
+
+        shim = gpu_shim.active()
+        self.write(kind="end", exitstatus=int(exitstatus), peak_rss_kib=_peak_rss_kib(),
+                   shim_ignored=shim.ignored_summary() if shim is not None else [])
         if int(exitstatus) in (0, 1):
             # the verdicts are in the records; a rank ends 0 whatever its tests did, so
             # that torch's agents all succeed and none waits in the exit barrier for one

@@ -139,6 +139,7 @@ class RunReport:
     wall_s: float
     interrupted: int | None = None
     peak_rss_kib: dict[int, int] = field(default_factory=dict)
+    shim_ignored: tuple[str, ...] = ()
 
     @property
     def exit_code(self) -> int:
@@ -241,7 +242,8 @@ def run_pytest(spec: RunSpec, on_verdict: Callable[[Verdict], None] | None = Non
         if spec.results_dir is None:
             shutil.rmtree(root, ignore_errors=True)
     return RunReport(tuple(runner.judged.values()), spec.world_size, rounds,
-                     time.monotonic() - t0, runner.interrupted, runner.peaks)
+                     time.monotonic() - t0, runner.interrupted, runner.peaks,
+                     tuple(sorted(runner.ignored)))
 
 
 class _Runner:
@@ -254,6 +256,7 @@ class _Runner:
         self.lock = threading.Lock()
         self.peaks: dict[int, int] = {}
         self.interrupted: int | None = None
+        self.ignored: set[str] = set()
 
     def emit(self, v: Verdict) -> None:
         with self.lock:
@@ -300,6 +303,8 @@ class _Runner:
             for row in rows:
                 if row.get("kind") == "end" and row.get("peak_rss_kib"):
                     self.peaks[r] = max(self.peaks.get(r, 0), int(row["peak_rss_kib"]))
+                if row.get("kind") == "end" and r == 0:
+                    self.ignored.update(row.get("shim_ignored") or [])
         if result.signal is not None:
             self.interrupted = result.signal
             return True
