@@ -114,15 +114,16 @@ class RankSession:
         self.store: Any = None
         self.index: dict[str, int] = {}
         self.reports: dict[str, list[pytest.TestReport]] = {}
-        self.started: dict[str, float] = {}
+        self.lock = threading.Lock()  # the watchdog thread writes too
         self.watchdog = Watchdog(self)
         self.watchdog.start()
 
     # -- records and the store ------------------------------------------------------------
     def write(self, **record: Any) -> None:
         record.setdefault("round", self.round)
-        self.out.write(json.dumps(record, default=str) + "\n")
-        self.out.flush()
+        with self.lock:
+            self.out.write(json.dumps(record, default=str) + "\n")
+            self.out.flush()
 
     def _store(self) -> Any:
         if self.store is None:
@@ -162,7 +163,7 @@ class RankSession:
         digest = _digest(ids)
         self.write(kind="collected", n=len(ids), digest=digest,
                    nodeids=ids if self.rank == 0 else None)
-        if self.world > 1 and ids:
+        if self.world > 1:  # also with no test: the others wait for this rank's digest
             store = self._store()
             store.set(f"collect/{self.rank}", digest)
             others = {r: store.get(f"collect/{r}").decode() for r in range(self.world)}
