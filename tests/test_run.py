@@ -75,6 +75,7 @@ def test_junit_counts_hangs_as_failures():
     (["-n", "2", "--", "pytest", "examples/run/nope.py::t"],
      "test path 'examples/run/nope.py' does not exist"),
     (["-n", "2", "--", "pytest", "-n", "4", CASES], "pytest-xdist inside the ranks"),
+    (["-n", "2", "--", "pytest", "--junit-xml=x.xml", CASES], "give --junit-xml FILE before"),
     (["-n", "2"], "nothing to run"),
     (["-n", "2", "--", "bash", "x.sh"], "neither pytest, python nor a .py script"),
     (["-n", "2", "--", "python", "nope.py"], "script 'nope.py' does not exist"),

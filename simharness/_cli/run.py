@@ -61,7 +61,8 @@ def parse_command(command: tuple[str, ...]) -> tuple[str, tuple[str, ...]]:
 
 
 def check_pytest_args(args: tuple[str, ...]) -> None:
-    """Refuse xdist's ``-n`` inside the ranks and test paths that do not exist."""
+    """Refuse xdist's ``-n`` and pytest's own ``--junit-xml`` inside the ranks, and test
+    paths that do not exist."""
     prev = ""
     for word in args:
         if word in ("-n", "--numprocesses", "--dist") or word.startswith(
@@ -69,6 +70,9 @@ def check_pytest_args(args: tuple[str, ...]) -> None:
             fail(f"pytest argument {word!r}: pytest-xdist inside the ranks would split the "
                  f"tests between processes of one rank; remove it (the ranks are already "
                  f"separate processes).")
+        if word.split("=", 1)[0] in ("--junit-xml", "--junitxml"):
+            fail(f"pytest argument {word!r}: every rank would write that file; give "
+                 f"--junit-xml FILE before `--` (one file with one verdict per test).")
         if not word.startswith("-") and prev not in _VALUE_OPTIONS:
             path = word.split("::", 1)[0]
             if not os.path.exists(path):
