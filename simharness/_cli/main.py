@@ -61,7 +61,7 @@ layout_commands.register(main)
 # Other command families register themselves when present; an error inside
 # one of them surfaces (only the module's absence is tolerated).
 for _name in ("simharness._cli.topology", "simharness._cli.replay", "simharness._cli.datapath",
-              "simharness._cli.capture"):
+              "simharness._cli.capture", "simharness._cli.run"):
     try:
         _module = importlib.import_module(_name)
     except ModuleNotFoundError as _exc:

@@ -1,0 +1,96 @@
+"""``simharness run`` on distributed test files: per file passed / failed / skipped (needs GPU)
+/ hung, rounds, wall time, CPU time of the whole process tree and peak RSS per rank.
+
+    python bench/bench_run.py                      # the default files below
+    python bench/bench_run.py -n 8 FILE [FILE...]  # any pytest files (paths or node ids)
+    python bench/bench_run.py --upstream           # + the pinned upstream suites
+
+Default files: examples/run/megatron_cases.py (40 Megatron-Core tests, 8 ranks) and
+examples/run/dist_cases.py (7 tests with a fail, a needs-GPU skip and a hang, 4 ranks).
+
+``--upstream``: also the pinned upstream suites of tests/upstream_suites.py (Megatron-LM
+core_v0.16.1 tests/unit_tests/test_parallel_state.py), run from their cache directory
+without this project's pytest options; a suite not in the cache is listed as "needs the
+files" (``python tests/upstream_suites.py --git MIRROR`` puts it there; nothing is
+downloaded).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import resource
+import sys
+import time
+
+from simharness.runtests.runner import RunSpec, cores, memory_plan, run_pytest
+from simharness.runtests.verdicts import counts
+
+DEFAULT = (("examples/run/megatron_cases.py", 8), ("examples/run/dist_cases.py", 4))
+
+
+def bench_file(path: str, ranks: int, timeout: float, cwd: str | None = None) -> dict:
+    """One file's run: counts, rounds, wall and CPU seconds, peak RSS per rank (MiB)."""
+    old = os.getcwd()
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    t0 = time.monotonic()
+    try:
+        if cwd:
+            os.chdir(cwd)
+        own = ("-o", "addopts=", "--rootdir", ".") if cwd else ()  # not this project's ini
+        rep = run_pytest(RunSpec((path, "-q", "-W", "ignore::UserWarning", *own), ranks,
+                                 timeout_s=timeout))
+    finally:
+        os.chdir(old)
+    wall = time.monotonic() - t0
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+    c = counts(rep.verdicts)
+    peak = max(rep.peak_rss_kib.values(), default=0) // 1024
+    per_test = [v.duration for v in rep.verdicts if v.outcome != "hung"]
+    return {"file": path, "ranks": ranks, "tests": len(rep.verdicts), **c,
+            "rounds": rep.rounds, "wall_s": wall, "children_cpu_s": cpu,
+            "peak_rss_mib": peak,
+            "slowest_test_s": max(per_test, default=0.0),
+            "failed_ids": [v.nodeid for v in rep.verdicts if v.outcome in ("failed", "hung")]}
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("files", nargs="*", help="pytest files or node ids (default: see above)")
+    ap.add_argument("-n", type=int, default=8, help="ranks for FILES (default 8)")
+    ap.add_argument("--timeout", type=float, default=60.0, help="per-test hang timeout (s)")
+    ap.add_argument("--upstream", action="store_true",
+                    help="also the pinned upstream suites (tests/upstream_suites.py)")
+    args = ap.parse_args(argv)
+    jobs: list[tuple[str, int, str | None]] = (
+        [(f, args.n, None) for f in args.files] if args.files
+        else [(f, n, None) for f, n in DEFAULT])
+    if args.upstream:
+        sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "tests"))
+        import upstream_suites
+
+        for suite in upstream_suites.SUITES.values():
+            root = upstream_suites.cached(suite)
+            if root is None:
+                print(f"{suite.name}: needs the files (python tests/upstream_suites.py --git "
+                      f"MIRROR-OF-{suite.repo})")
+            else:
+                jobs.append((suite.run, suite.ranks, str(root)))
+    print(f"{cores()} CPU cores; load average {os.getloadavg()[0]:.1f}; "
+          f"{memory_plan(8).describe()}")
+    print(f"{'file':45} {'W':>2} {'tests':>5} {'pass':>4} {'fail':>4} {'skip':>4} "
+          f"{'gpu':>3} {'hung':>4} {'rnds':>4} {'wall s':>7} {'cpu s':>7} {'rss MiB':>7}")
+    for path, ranks, cwd in jobs:
+        r = bench_file(path, ranks, args.timeout, cwd)
+        print(f"{os.path.basename(r['file'])[:45]:45} {r['ranks']:>2} {r['tests']:>5} "
+              f"{r['passed']:>4} {r['failed']:>4} {r['skipped']:>4} {r['needs_gpu']:>3} "
+              f"{r['hung']:>4} {r['rounds']:>4} {r['wall_s']:>7.1f} "
+              f"{r['children_cpu_s']:>7.1f} {r['peak_rss_mib']:>7}", flush=True)
+        for nodeid in r["failed_ids"]:
+            print(f"    not passed: {nodeid}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,160 @@
+"""``simharness run``: bad input, one verdict per test across ranks, hangs, JUnit, exit codes.
+
+The pure verdict rules are doctested in simharness/runtests/verdicts.py; here the rules that
+decide a verdict, then the command itself on real ranks (examples/run/dist_cases.py).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+import xml.etree.ElementTree as ET
+from pathlib import Path
+
+import pytest
+
+from simharness.runtests.verdicts import exit_code, junit_xml, verdict
+
+ROOT = Path(__file__).resolve().parent.parent
+CASES = "examples/run/dist_cases.py"
+TIMEOUT = 240
+
+
+def simharness(*args: str, timeout: int = TIMEOUT) -> subprocess.CompletedProcess:
+    env = dict(os.environ)
+    env["PYTHONPATH"] = str(ROOT) + os.pathsep + env.get("PYTHONPATH", "")
+    return subprocess.run([sys.executable, "cli.py", *args], cwd=ROOT, env=env,
+                          capture_output=True, text=True, timeout=timeout)
+
+
+# -- verdict rules --------------------------------------------------------------------------
+
+def test_needs_gpu_on_one_rank_beats_the_others_failing():
+    recs = {0: {"outcome": "skipped", "needs_gpu": True, "reason": "needs GPU: x at f.py:3"},
+            1: {"outcome": "failed", "longrepr": "peer gone"}}
+    v = verdict("t::a", recs, 2)
+    assert (v.outcome, v.needs_gpu, v.ranks, v.detail) == \
+        ("skipped", True, (0,), "needs GPU: x at f.py:3")
+
+
+def test_hang_names_stuck_ranks_and_their_stacks_only():
+    hangs = {0: {"state": "running", "stack": "File a.py, in test\n  barrier()", "elapsed": 3},
+             1: {"state": "finished", "stack": "File plugin.py, in barrier", "elapsed": 3}}
+    v = verdict("t::h", {1: {"outcome": "passed"}}, 3, hangs=hangs)
+    assert v.outcome == "hung" and v.ranks == (0,) and v.duration == 3
+    assert v.detail.startswith("stuck on ranks 0; ranks 1-2 had finished it")
+    assert "barrier()" in v.detail and "plugin.py" not in v.detail
+
+
+def test_partial_skip_and_lost_rank():
+    part = verdict("t::s", {0: {"outcome": "skipped", "reason": "no"},
+                            1: {"outcome": "passed"}}, 2)
+    assert (part.outcome, part.detail) == ("skipped", "skipped on ranks 0 only: no")
+    lost = verdict("t::l", {0: {"outcome": "passed"}}, 2, lost={1: "exited with status 9"})
+    assert (lost.outcome, lost.first_rank, lost.detail) == \
+        ("failed", 1, "rank 1: exited with status 9")
+
+
+def test_junit_counts_hangs_as_failures():
+    vs = [verdict("a.py::t1", {0: {"outcome": "passed"}}, 1),
+          verdict("a.py::t2", {}, 1, hangs={0: {"state": "running", "stack": "s"}}),
+          verdict("a.py::t3", {0: {"outcome": "skipped", "reason": "r"}}, 1)]
+    suite = ET.fromstring(junit_xml(vs, world=1))
+    assert (suite.get("tests"), suite.get("failures"), suite.get("skipped")) == ("3", "1", "1")
+    assert [c.get("name") for c in suite.iter("testcase")] == ["t1", "t2", "t3"]
+    assert exit_code(vs) == 1 and exit_code(vs[:1]) == 0 and exit_code([]) == 5
+    assert exit_code(vs[:1], interrupted=True) == 2
+
+
+# -- bad input: one error line, no ranks started ---------------------------------------------
+
+@pytest.mark.parametrize("args, message", [
+    (["-n", "0", "--", "pytest", CASES], "-n/--world-size must be >= 1, got 0"),
+    (["-n", "2", "--", "pytest", "examples/run/nope.py::t"],
+     "test path 'examples/run/nope.py' does not exist"),
+    (["-n", "2", "--", "pytest", "-n", "4", CASES], "pytest-xdist inside the ranks"),
+    (["-n", "2", "--", "pytest", "--junit-xml=x.xml", CASES], "give --junit-xml FILE before"),
+    (["-n", "2"], "nothing to run"),
+    (["-n", "2", "--", "bash", "x.sh"], "neither pytest, python nor a .py script"),
+    (["-n", "2", "--", "python", "nope.py"], "script 'nope.py' does not exist"),
+    (["-n", "3", "--nproc-per-node", "2", "--", "pytest", CASES], "must equal --nproc-per-node 2"),
+    (["-n", "4", "--nnodes", "2", "--", "pytest", CASES], "needs --rdzv-endpoint"),
+    (["-n", "8", "--mem-per-rank", "100000000", "--", "pytest", CASES], "that does not fit"),
+])
+def test_bad_input_is_one_error_line(args, message):
+    out = simharness("run", *args, timeout=60)
+    assert out.returncode == 2, out.stdout + out.stderr
+    errors = [ln for ln in out.stderr.splitlines() if ln.startswith("error:")]
+    assert len(errors) == 1 and message in errors[0], out.stderr
+    assert "Traceback" not in out.stderr
+
+
+# -- real ranks -----------------------------------------------------------------------------
+
+@pytest.mark.launch
+def test_verdicts_across_two_ranks_with_a_hang_then_the_rest_of_the_file(tmp_path):
+    junit = tmp_path / "out.xml"
+    out = simharness("run", "-n", "2", "--timeout", "4", "--junit-xml", str(junit), "--",
+                     "pytest", "-q", "-p", "no:randomly", CASES)
+    text = out.stdout
+    assert out.returncode == 1, text + out.stderr
+    got = {name: label for label, name in re.findall(
+        r"^(PASSED|FAILED|SKIPPED|HUNG)\s+[\d.]+s\s+\S+::(\w+)", text, re.M)}
+    assert got == {"test_all_reduce_on_cuda": "PASSED", "test_new_group_pairs": "PASSED",
+                   "test_fails_on_rank_1_only": "FAILED", "test_needs_a_stream": "SKIPPED",
+                   "test_skipped": "SKIPPED", "test_hangs_on_rank_0": "HUNG",
+                   "test_after_the_hang": "PASSED"}, text
+    assert "test_fails_on_rank_1_only  (first failing rank 1; failing ranks 1)" in text
+    assert "AssertionError: rank 1 disagrees" in text
+    assert re.search(r"test_needs_a_stream  needs GPU: needs a real GPU: torch.cuda.Stream at "
+                     r"\S*dist_cases.py:\d+", text)
+    assert "stuck on ranks 0; ranks 1 had finished it" in text
+    assert re.search(r"dist_cases.py\", line \d+, in test_hangs_on_rank_0", text)
+    assert "3 passed, 1 failed, 2 skipped (1 need a GPU), 1 hung" in text
+    assert "(2 round(s))" in text
+    assert ("simharness shim (rank 0): ignored GPU-only options, not run on CPU: "
+            "init_process_group: backend 'nccl' (runs on gloo)") in out.stderr, out.stderr
+    suite = ET.parse(junit).getroot()
+    assert (suite.get("tests"), suite.get("failures"), suite.get("skipped")) == ("7", "2", "2")
+
+
+@pytest.mark.launch
+def test_arguments_that_select_nothing_exit_5():
+    out = simharness("run", "-n", "1", "--", "pytest", "-p", "no:randomly", "-k",
+                     "no_such_test_name", CASES)
+    assert out.returncode == 5, out.stdout + out.stderr
+    assert [ln for ln in out.stderr.splitlines() if ln.startswith("error:")] == [
+        "error: the pytest arguments select no tests (pytest's exit status 5): -p no:randomly "
+        f"-k no_such_test_name {CASES}"]
+
+
+@pytest.mark.launch
+def test_two_agents_on_loopback_share_one_run(tmp_path):
+    """--nnodes 2: two `simharness run` agents (one rank each) meet at one c10d rendezvous
+    and give the same verdicts, read from a shared --results-dir."""
+    from simharness.launch.launcher import free_port
+
+    endpoint = f"127.0.0.1:{free_port()}"
+    env = dict(os.environ)
+    env["PYTHONPATH"] = str(ROOT) + os.pathsep + env.get("PYTHONPATH", "")
+    cmd = [sys.executable, "cli.py", "run", "-n", "2", "--nnodes", "2", "--rdzv-endpoint",
+           endpoint, "--run-id", "loopback", "--results-dir", str(tmp_path), "--", "pytest",
+           "-q", "-k", "all_reduce or rank_1", CASES]
+    agents = [subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.PIPE,
+                               stderr=subprocess.PIPE, text=True) for _ in range(2)]
+    outs = []
+    try:
+        for a in agents:
+            outs.append(a.communicate(timeout=TIMEOUT))
+    finally:
+        for a in agents:
+            if a.poll() is None:
+                a.kill()
+                a.wait()
+    for a, (stdout, stderr) in zip(agents, outs, strict=True):
+        assert a.returncode == 1, stdout + stderr
+        assert re.search(r"^PASSED .*::test_all_reduce_on_cuda$", stdout, re.M), stdout
+        assert "test_fails_on_rank_1_only  (first failing rank 1; failing ranks 1)" in stdout
+        assert "1 passed, 1 failed, 0 skipped, 0 hung" in stdout
