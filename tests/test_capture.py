@@ -23,14 +23,14 @@ from click.testing import CliRunner
 
 import simharness
 from simharness import ParallelismConfig, build_layout
-from simharness.replay.capture import Program, capture, failure_message, run_program
-from simharness.replay.capture_checks import check_capture
-from simharness.replay.capture_record import (
+from simharness.capture import (
     Capture,
     CaptureError,
     GetterSpec,
+    check_capture,
     parse_rank_spec,
 )
+from simharness.capture.inprocess import Program, capture, failure_message, run_program
 
 ROOT = Path(__file__).resolve().parent.parent
 EXAMPLES = ROOT / "examples" / "capture"
@@ -329,7 +329,7 @@ def test_bad_scripts_one_error_line_and_partial_capture(tmp_path, script):
 
 
 def test_command_errors():
-    from simharness.replay.capture import program_from_command
+    from simharness.capture.inprocess import program_from_command
 
     with pytest.raises(CaptureError, match="drop torchrun"):
         program_from_command(["torchrun", "--nproc-per-node", "8", "train.py"])
@@ -353,8 +353,7 @@ def test_capture_round_trip_and_rank_subset():
 
 
 def test_library_entry_point_is_lazy_and_getter_errors_are_values():
-    assert simharness.capture is capture
-    cap = capture(lambda: None, 2, getters=["os:no_such_name"], timeout=T)
+    cap = simharness.capture(lambda: None, 2, getters=["os:no_such_name"], timeout=T)
     assert cap.records[1].getters["os:no_such_name"]["raises"].startswith("AttributeError")
     assert failure_message(cap) is None
 

@@ -1,6 +1,6 @@
 """``simharness capture``: run the user's own initialisation script for every rank, on CPU.
 
-Nothing here imports torch at start-up; :mod:`simharness.replay.capture` does
+Nothing here imports torch at start-up; :mod:`simharness.capture.inprocess` does
 when the command runs.
 """
 
@@ -104,9 +104,8 @@ def register(main):
           simharness capture -n 8 -- python examples/capture/fsdp2_init.py --shard 4
           simharness capture -n 8 -- python examples/capture/divergent_groups.py
         """
-        from ..replay.capture import failure_message, program_from_command, run_program
-        from ..replay.capture_checks import check_capture
-        from ..replay.capture_record import GetterSpec, parse_rank_spec
+        from ..capture import GetterSpec, check_capture, parse_rank_spec
+        from ..capture.inprocess import failure_message, program_from_command, run_program
 
         fields, _ = config_fields_from_options(**kwargs)
         world = fields.get("world_size")

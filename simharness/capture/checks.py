@@ -33,7 +33,8 @@ import numpy as np
 from ..checks import check
 from ..findings import Finding
 from ..layout import PARTIAL_KINDS, Layout
-from .capture_record import TIMEOUT, Capture, GroupCall, reference_sequence
+from ..ranktext import format_rank_set
+from .record import TIMEOUT, Capture, GroupCall, reference_sequence
 
 MAX_RANKS = 256
 MAX_REPORTED = 8   # divergent sequences reported one by one
@@ -53,8 +54,6 @@ def _ranks(values: Iterable[int]) -> tuple[int, ...]:
 
 
 def _set_text(ranks: Sequence[int]) -> str:
-    from .._cli.output import format_rank_set  # pure helper (numpy only)
-
     return format_rank_set(list(ranks), limit=6)
 
 
@@ -324,7 +323,7 @@ def captured_layout(cap: Capture, layout: Layout) -> tuple[Layout | None, list[F
 
 def check_against_layout(cap: Capture, layout: Layout) -> list[Finding]:
     """The capture against ``build_layout(config)``: call by call, then the layout checks."""
-    from .megatron_engine import LoggedGroup, compare_log
+    from ..replay.megatron_engine import LoggedGroup, compare_log
 
     if layout.world_size != cap.world_size:
         return [Finding("capture-vs-config", "error",

@@ -1,6 +1,6 @@
 """Run the user's code as one rank under torch's ``fake`` backend and record its groups.
 
-Runs inside a capture worker (a process forked by :mod:`simharness.replay.capture`);
+Runs inside a capture worker (a process forked by :mod:`simharness.capture.inprocess`);
 imports torch. What it changes, and only while a rank runs (:data:`_ACTIVE` set):
 
 * ``init_process_group`` starts the ``fake`` backend on a ``FakeStore`` with the
@@ -42,7 +42,7 @@ from typing import Any
 import torch.distributed as dist
 from torch.distributed import distributed_c10d as c10d
 
-from .capture_record import FAILED, OK, CaptureError, GetterSpec, GroupCall
+from .record import FAILED, OK, CaptureError, GetterSpec, GroupCall
 
 KNOWN_BACKENDS = frozenset({"nccl", "gloo", "ucc", "mpi", "fake", "xccl"})
 STACK_DEPTH = 3
@@ -54,7 +54,7 @@ _ACTIVE: Recorder | None = None
 _TORCH_DIR = os.path.dirname(os.path.dirname(os.path.abspath(dist.__file__)))
 _STDLIB_DIR = os.path.abspath(sysconfig.get_paths()["stdlib"])
 _HERE = os.path.dirname(os.path.abspath(__file__))
-_OWN_FILES = frozenset(os.path.join(_HERE, f) for f in ("capture_runtime.py", "capture.py"))
+_OWN_FILES = frozenset(os.path.join(_HERE, f) for f in ("runtime.py", "inprocess.py"))
 
 
 # ------------------------------------------------------------------ frames

@@ -2,16 +2,16 @@
 
 :func:`capture` runs a function, :func:`capture_command` a script
 (``python my_init.py ARGS`` or ``python -m module ARGS``), once per rank under
-torch's ``fake`` backend, and returns a :class:`~simharness.replay.capture_record.Capture`:
+torch's ``fake`` backend, and returns a :class:`~simharness.capture.record.Capture`:
 every ``new_group`` call of every rank with its call site, and the getters asked for.
-:func:`simharness.replay.capture_checks.check_capture` turns it into findings.
+:func:`simharness.capture.checks.check_capture` turns it into findings.
 
 How it runs (fast enough for a 1024-rank Megatron world on two cores):
 
 * the parent imports torch and the script's imports once (its ``import``
   statements, found with ``ast``), then forks ``jobs`` workers (default: one per
   CPU core); worker ``i`` runs ranks ``i, i + jobs, ...`` in turn, each rank
-  starting from the state before the first (see :mod:`.capture_runtime`), or in
+  starting from the state before the first (see :mod:`.runtime`), or in
   its own forked process with ``isolate=True``;
 * a rank outside a group never creates it (torch gives non-members nothing);
 * workers stream each rank's result to the parent, so a crash, a hang or a kill
@@ -41,7 +41,7 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from .capture_record import (
+from .record import (
     FAILED,
     NOT_RUN,
     OK,
@@ -171,7 +171,7 @@ def _pack(result: dict[str, Any], seen: list[tuple]) -> dict[str, Any]:
     Sequences are compared, not hashed: the recorder interns the rank lists and stacks,
     so comparing a rank's calls with the previous rank's mostly compares identities.
     """
-    from .capture_runtime import finish_calls
+    from .runtime import finish_calls
 
     calls = tuple(result.pop("calls"))
     sid = next((i for i in range(len(seen) - 1, -1, -1) if seen[i] == calls), None)
@@ -188,12 +188,12 @@ def _run_isolated(job, rank: int) -> dict[str, Any]:
     """``run_rank`` in a forked child; returns its result (or a ``died`` failure)."""
     from multiprocessing import Pipe
 
-    from .capture_runtime import run_rank
+    from .runtime import run_rank
 
     recv, send = Pipe(duplex=False)
     pid = os.fork()
     if pid == 0:  # pragma: no cover - runs in the child
-        from .capture_runtime import finish_calls
+        from .runtime import finish_calls
 
         recv.close()
         try:
@@ -224,7 +224,7 @@ def _worker_main(job, ranks, conn, stop, dump_path, isolate, accelerate) -> None
 
         dump = open(dump_path, "w")  # noqa: SIM115 - lives as long as the process
         faulthandler.register(signal.SIGUSR1, file=dump, all_threads=True)
-        from .capture_runtime import ModuleState, accelerate_megatron, install_patches, run_rank
+        from .runtime import ModuleState, accelerate_megatron, install_patches, run_rank
 
         install_patches()
         if accelerate:
@@ -278,7 +278,7 @@ def parse_stack_dump(text: str) -> list[str]:
     ...     '  File "/x/hang.py", line 5 in wait_for_peer\\n  File "/x/hang.py", line 9 in main\\n')
     ['/x/hang.py:5 wait_for_peer', '/x/hang.py:9 main']
     """
-    from .capture_runtime import where_text
+    from .runtime import where_text
 
     sections = re.split(r"\n(?=(?:Current thread|Thread) 0x)", text.strip())
     main = next((s for s in sections if s.startswith("Current thread")),
@@ -446,7 +446,7 @@ def run_program(program: Program, world_size: int, *, ranks: Iterable[int] | Non
     """Run ``program`` once per rank (see the module doc); returns the (maybe partial) capture."""
     import torch.distributed  # noqa: F401 - imported once here, shared by every worker
 
-    from .capture_runtime import Job
+    from .runtime import Job
 
     if world_size < 1:
         raise CaptureError(f"world size {world_size}: capture needs at least one rank.")
@@ -492,7 +492,7 @@ def run_program(program: Program, world_size: int, *, ranks: Iterable[int] | Non
 def _versions() -> dict[str, str | None]:
     import torch
 
-    from .megatron_engine import installed_version
+    from ..replay.megatron_engine import installed_version
 
     return {"torch": torch.__version__, "megatron-core": installed_version()}
 
@@ -512,13 +512,13 @@ def capture(fn: Callable[[], Any], world_size: int, *, ranks: Iterable[int] | st
             init_process_group: bool = True,
             progress: Callable[[int, int, float], None] | None = None) -> Capture:
     """Run ``fn()`` once per rank of a ``world_size`` world under torch's fake backend and
-    record every ``new_group`` call (see :mod:`simharness.replay.capture`).
+    record every ``new_group`` call (see :mod:`simharness.capture.inprocess`).
 
     ``init_process_group=True`` starts the fake world before ``fn`` (a call of
     ``init_process_group`` inside ``fn`` is then recorded and ignored). ``ranks``:
     an iterable or a spec such as ``"0-7,12"`` (default all). The capture is
     returned even when ranks failed (``capture.failed``); check it with
-    :func:`simharness.replay.capture_checks.check_capture`.
+    :func:`simharness.capture.checks.check_capture`.
 
     >>> import torch.distributed as dist
     >>> cap = capture(lambda: dist.new_group([0, 1], group_desc="PAIR"), 2, jobs=1)
