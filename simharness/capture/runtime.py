@@ -131,7 +131,8 @@ def stack_text(stack: tuple) -> tuple[str, ...]:
 
 def finish_calls(calls) -> tuple[GroupCall, ...]:
     """Recorded call tuples -> :class:`GroupCall` objects with their stacks as text."""
-    return tuple(GroupCall(r, d, b, loc, o, n, stack_text(st)) for r, d, b, loc, o, n, st in calls)
+    return tuple(GroupCall(r, d, b, loc, o, n, stack_text(st), kept)
+                 for r, d, b, loc, o, n, st, kept in calls)
 
 
 def where_text(frames: list[tuple[str, Any, str]]) -> list[str]:
@@ -206,6 +207,7 @@ def recording_new_group(ranks=None, timeout=None, backend=None, pg_options=None,
         ranks_t, valid = None, True
     else:
         ranks_t, valid = _interned_ranks(tuple(map(int, ranks)), rec.world_size)
+    ordered = kwargs.get("sort_ranks", True) is False  # torch keeps the list's order
     local = bool(use_local_synchronization)
     member = ranks_t is None or rec.rank in ranks_t
     name = None if local else str(c10d._world.group_count)  # torch's name for such a group
@@ -227,7 +229,7 @@ def recording_new_group(ranks=None, timeout=None, backend=None, pg_options=None,
     # A plain tuple (GroupCall's fields; the stack as code ids): made into a GroupCall by
     # finish_calls, once per distinct sequence.
     rec.calls.append((ranks_t, group_desc, bname, local, opts, name,
-                      _intern(call_stack(sys._getframe(1)))))
+                      _intern(call_stack(sys._getframe(1))), ordered))
     return pg
 
 
