@@ -83,7 +83,7 @@ def kinds_of(calls: Sequence[GroupCall], world_size: int) -> list[str]:
     """
     runs: list[tuple[tuple[str, ...], int]] = []   # per call: (stack, first call of its run)
     prev: tuple[str, ...] | None = None
-    start, seen = 0, set()
+    start, seen = 0, set[int]()
     for i, c in enumerate(calls):
         if c.desc:
             runs.append(((), i))
