@@ -32,8 +32,9 @@ from ..errors import SimharnessError
 
 CAPTURE_SCHEMA = "simharness.capture/1"
 
-# Status of one rank's run.
-OK, FAILED, TIMEOUT, NOT_RUN = "ok", "failed", "timeout", "not-run"
+# Status of one rank's run. STOPPED: stopped from outside (another rank failed, or the
+# capture was interrupted) before it finished; its calls are partial but it did not fail.
+OK, FAILED, TIMEOUT, NOT_RUN, STOPPED = "ok", "failed", "timeout", "not-run", "stopped"
 
 
 class CaptureError(SimharnessError):

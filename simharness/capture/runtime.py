@@ -54,7 +54,11 @@ _ACTIVE: Recorder | None = None
 _TORCH_DIR = os.path.dirname(os.path.dirname(os.path.abspath(dist.__file__)))
 _STDLIB_DIR = os.path.abspath(sysconfig.get_paths()["stdlib"])
 _HERE = os.path.dirname(os.path.abspath(__file__))
-_OWN_FILES = frozenset(os.path.join(_HERE, f) for f in ("runtime.py", "inprocess.py"))
+_LAUNCH_DIR = os.path.join(os.path.dirname(_HERE), "launch")
+# Frames of the capture's (and the rank bootstrap's) own code: the user's stack ends there.
+_OWN_FILES = frozenset([*(os.path.join(_HERE, f) for f in ("runtime.py", "inprocess.py",
+                                                             "rank.py")),
+                        os.path.join(_LAUNCH_DIR, "rank.py")])
 
 
 # ------------------------------------------------------------------ frames
@@ -67,6 +71,7 @@ def _foreign(filename: str) -> bool:
     if hit is None:
         f = os.path.abspath(filename) if not filename.startswith("<") else filename
         hit = (f.startswith(_TORCH_DIR) or f in _OWN_FILES or filename.startswith("<frozen")
+               or f.startswith(_LAUNCH_DIR + os.sep)  # the GPU shim's wrappers
                or (f.startswith(_STDLIB_DIR) and "-packages" not in f))
         _FOREIGN[filename] = hit
     return hit
