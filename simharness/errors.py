@@ -47,3 +47,23 @@ def whole_number_problem(name: str, value: object, low: int) -> str | None:
     if isinstance(value, bool) or not isinstance(value, int) or value < low:
         return f"{name} must be a whole number >= {low}, got {value!r}"
     return None
+
+
+class NeedsGPU(SimharnessError, RuntimeError):
+    """A call that needs a real GPU, stopped by the CPU shim (``simharness.launch.gpu_shim``).
+
+    ``call`` names the torch call, ``where`` the user's ``file:line`` that made it.
+    ``simharness run`` reports a test that raises it as *skipped: needs GPU*.
+
+    >>> str(NeedsGPU("torch.cuda.Stream", "model.py:12"))[:51]
+    'needs a real GPU: torch.cuda.Stream at model.py:12 '
+    """
+
+    def __init__(self, call: str, where: str):
+        super().__init__(f"needs a real GPU: {call} at {where} (the CPU shim maps only data "
+                         f"movement; run this on a GPU machine)")
+        self.call = call
+        self.where = where
+
+    def __reduce__(self):  # picklable across processes with its two fields
+        return (type(self), (self.call, self.where))

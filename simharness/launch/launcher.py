@@ -1,0 +1,219 @@
+"""Start W ranks the way ``torchrun`` does, through torch's own elastic agent, on loopback.
+
+:func:`launch` builds a ``torch.distributed.launcher.api.LaunchConfig`` (c10d rendezvous,
+no restarts) and calls ``launch_agent`` with ``python -m simharness.launch.rank [--shim] --
+TARGET``: each rank is a fresh interpreter (own string-hash seed) with the variables of
+:mod:`simharness.launch.env`. One node: the rendezvous store listens on ``127.0.0.1`` on a
+port the kernel picks. Several nodes (``nnodes > 1``): every agent is given the same
+``rdzv_endpoint`` (``host:port``) and ``run_id``, as ``torchrun --nnodes N
+--rdzv-endpoint ...`` is.
+
+Output: each rank's stdout/stderr lines go to this process's stderr prefixed ``[rankN]:``
+(torch's tee), or only to files under ``log_dir`` when given
+(``<log_dir>/<run_id>_*/attempt_0/<local rank>/stdout.log``). Without ``log_dir`` the
+files live in a temporary directory removed before :func:`launch` returns.
+
+SIGINT/SIGTERM/SIGHUP: torch's agent turns them into ``SignalException``, kills every
+rank's process group (SIGTERM, then SIGKILL after a grace period); :func:`launch` returns a
+:class:`LaunchResult` with ``signal`` set, after removing its temporary files.
+
+>>> spec = LaunchSpec(("train.py", "--lr", "1"), nproc_per_node=2)
+>>> spec.rank_command()[1:]
+('-m', 'simharness.launch.rank', '--shim', '--', 'train.py', '--lr', '1')
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import shutil
+import signal
+import socket
+import sys
+import tempfile
+import uuid
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field
+
+from ..errors import SimharnessError, whole_number_problem
+from .rank import NEEDS_GPU_EXIT
+
+
+class LaunchError(SimharnessError, ValueError):
+    """A launch that cannot start: bad sizes, endpoint or target."""
+
+
+@dataclass(frozen=True)
+class LaunchSpec:
+    """What to start: ``target`` (``("script.py", *args)`` or ``("-m", "mod", *args)``) on
+    ``nproc_per_node`` ranks on each of ``nnodes`` agents."""
+
+    target: tuple[str, ...]
+    nproc_per_node: int
+    nnodes: int = 1
+    rdzv_endpoint: str | None = None
+    run_id: str | None = None
+    shim: bool = True
+    log_dir: str | None = None
+    env: Mapping[str, str] = field(default_factory=dict)
+    rdzv_timeout_s: int = 120
+    python: str = sys.executable
+    grace_s: int = 5
+
+    def __post_init__(self):
+        for name, low in (("nproc_per_node", 1), ("nnodes", 1), ("rdzv_timeout_s", 1),
+                          ("grace_s", 0)):
+            problem = whole_number_problem(name, getattr(self, name), low)
+            if problem:
+                raise LaunchError(problem)
+        if not self.target or self.target == ("-m",):
+            raise LaunchError("nothing to run: give a script (script.py ARGS) or -m module ARGS")
+        if self.nnodes > 1 and not self.rdzv_endpoint:
+            raise LaunchError(f"nnodes {self.nnodes} needs rdzv_endpoint HOST:PORT, the same "
+                              f"on every node (and the same run_id)")
+        if self.rdzv_endpoint is not None:
+            host, _, port = self.rdzv_endpoint.rpartition(":")
+            if not host or not port.isdigit():
+                raise LaunchError(f"rdzv_endpoint {self.rdzv_endpoint!r} must be HOST:PORT, "
+                                  f"e.g. 127.0.0.1:29500")
+
+    @property
+    def world_size(self) -> int:
+        return self.nproc_per_node * self.nnodes
+
+    def rank_command(self) -> tuple[str, ...]:
+        """The command line each rank runs."""
+        shim = ("--shim",) if self.shim else ()
+        return (self.python, "-m", "simharness.launch.rank", *shim, "--", *self.target)
+
+
+@dataclass(frozen=True)
+class RankExit:
+    """One rank's end: ``exitcode`` (negative: killed by that signal; torch's agent sends
+    SIGTERM to the other ranks once one fails), or None when its status was never seen."""
+
+    rank: int
+    exitcode: int | None
+
+    @property
+    def needs_gpu(self) -> bool:
+        return self.exitcode == NEEDS_GPU_EXIT
+
+
+@dataclass(frozen=True)
+class LaunchResult:
+    """Per-rank exits of this node's ranks; ``signal`` when the launch was interrupted."""
+
+    ranks: tuple[RankExit, ...]
+    signal: int | None = None
+    log_dir: str | None = None
+
+    @property
+    def ok(self) -> bool:
+        return self.signal is None and all(r.exitcode == 0 for r in self.ranks)
+
+    @property
+    def exit_code(self) -> int:
+        """0 when every rank exited 0; else 128+signal of the launch, or the first rank's own
+        non-zero status (the root cause), or 128+N for the first rank killed by signal N.
+
+        >>> LaunchResult((RankExit(0, -15), RankExit(1, 3), RankExit(2, None))).exit_code
+        3
+        """
+        if self.signal is not None:
+            return 128 + self.signal
+        codes = [r.exitcode for r in self.ranks]
+        own = [c for c in codes if c is not None and c > 0]
+        if own:
+            return own[0]
+        killed = [c for c in codes if c is not None and c < 0]
+        if killed:
+            return 128 - killed[0]
+        return 0 if all(c == 0 for c in codes) else 1
+
+
+def free_port() -> int:
+    """A TCP port on 127.0.0.1 that was free a moment ago."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@contextlib.contextmanager
+def _patched_environ(values: Mapping[str, str]) -> Iterator[None]:
+    """Set ``values`` in os.environ (the agent hands it to every rank), then restore."""
+    old = {k: os.environ.get(k) for k in values}
+    os.environ.update(values)
+    try:
+        yield
+    finally:
+        for k, v in old.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+
+
+@contextlib.contextmanager
+def _quiet_torch_elastic() -> Iterator[None]:
+    """torch's agent logs each start and failure; the caller reports those itself."""
+    log = logging.getLogger("torch.distributed.elastic")
+    old = log.level
+    log.setLevel(logging.CRITICAL)
+    try:
+        yield
+    finally:
+        log.setLevel(old)
+
+
+def launch(spec: LaunchSpec) -> LaunchResult:
+    """Start ``spec``'s ranks of this node through torch's elastic agent; wait for them all."""
+    from torch.distributed.elastic.multiprocessing import DefaultLogsSpecs, Std
+    from torch.distributed.elastic.multiprocessing.api import SignalException
+    from torch.distributed.elastic.multiprocessing.errors import (
+        ChildFailedError,
+    )
+    from torch.distributed.launcher.api import LaunchConfig, launch_agent
+
+    tmp = None if spec.log_dir else tempfile.mkdtemp(prefix="simharness-launch-")
+    log_dir = spec.log_dir or tmp
+    run_id = spec.run_id or uuid.uuid4().hex[:12]
+    endpoint = spec.rdzv_endpoint or f"127.0.0.1:{free_port()}"
+    tee = Std.NONE if spec.log_dir else Std.ALL
+    config = LaunchConfig(
+        min_nodes=spec.nnodes, max_nodes=spec.nnodes, nproc_per_node=spec.nproc_per_node,
+        run_id=run_id, rdzv_backend="c10d", rdzv_endpoint=endpoint,
+        rdzv_configs={"timeout": spec.rdzv_timeout_s}, max_restarts=0, monitor_interval=0.1,
+        local_addr="127.0.0.1" if spec.nnodes == 1 else None,
+        log_line_prefix_template=None if spec.log_dir else "[rank${rank}]:",
+        logs_specs=DefaultLogsSpecs(log_dir=log_dir, redirects=Std.ALL, tee=tee),
+        shutdown_timeout=spec.grace_s)
+    env = dict(spec.env)
+    if spec.nproc_per_node > 1 and "OMP_NUM_THREADS" not in os.environ:
+        env.setdefault("OMP_NUM_THREADS", "1")  # as torchrun does (torch/distributed/run.py:872)
+    command = spec.rank_command()
+    old_handlers = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        with _patched_environ(env), _quiet_torch_elastic():
+            try:
+                values = launch_agent(config, command[0], list(command[1:]))
+                ranks = tuple(RankExit(r, 0) for r in sorted(values))
+                return LaunchResult(ranks, None, spec.log_dir)
+            except ChildFailedError as exc:
+                return LaunchResult(_exits(spec, exc.failures), None, spec.log_dir)
+            except SignalException as exc:
+                return LaunchResult((), int(exc.sigval), spec.log_dir)
+    finally:
+        for sig, handler in old_handlers.items():
+            with contextlib.suppress(ValueError, TypeError):  # not the main thread
+                signal.signal(sig, handler)
+        if tmp:
+            shutil.rmtree(tmp, ignore_errors=True)
+
+
+def _exits(spec: LaunchSpec, failures: Mapping[int, object]) -> tuple[RankExit, ...]:
+    """Exits from torch's failures; on one node, the other ranks are None (stopped)."""
+    codes = {rank: int(getattr(f, "exitcode", 1)) for rank, f in failures.items()}
+    ranks = range(spec.world_size) if spec.nnodes == 1 else sorted(codes)
+    return tuple(RankExit(r, codes.get(r)) for r in ranks)

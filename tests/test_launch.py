@@ -1,0 +1,236 @@
+"""simharness.launch: torchrun's environment, the GPU shim, the per-rank bootstrap, the launcher.
+
+The multi-rank tests start real ranks through torch's elastic agent (in a child Python, so
+the agent's signal handlers never touch the pytest worker) and check what the ranks print.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+
+from simharness.launch.env import TORCHRUN_VARS, RankEnv, RankEnvError
+from simharness.launch.rank import NEEDS_GPU_EXIT, RankUsageError, parse
+
+ROOT = Path(__file__).resolve().parent.parent
+SCRIPTS = Path(__file__).resolve().parent / "launch_scripts"
+TIMEOUT = 180
+
+
+def child_env() -> dict[str, str]:
+    env = dict(os.environ)
+    env.pop("PYTHONHASHSEED", None)
+    env["PYTHONPATH"] = str(ROOT) + os.pathsep + env.get("PYTHONPATH", "")
+    return env
+
+
+def launch_in_child(target: list[str], nproc: int, shim: bool = True, **kw) -> tuple[dict, str]:
+    """Run launch() in a child Python; returns (result as a dict, the ranks' output)."""
+    code = textwrap.dedent(f"""
+        import json
+        from simharness.launch.launcher import LaunchSpec, launch
+        r = launch(LaunchSpec({tuple(target)!r}, nproc_per_node={nproc}, shim={shim}, **{kw!r}))
+        print("LAUNCH " + json.dumps({{"ranks": [[x.rank, x.exitcode] for x in r.ranks],
+                                       "signal": r.signal, "exit": r.exit_code}}), flush=True)
+    """)
+    out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=child_env(),
+                         capture_output=True, text=True, timeout=TIMEOUT)
+    lines = [ln for ln in out.stdout.splitlines() if ln.startswith("LAUNCH ")]
+    assert out.returncode == 0 and lines, out.stdout + out.stderr
+    return json.loads(lines[0][len("LAUNCH "):]), out.stdout + out.stderr
+
+
+# -- env ------------------------------------------------------------------------------------
+
+def test_rank_env_refuses_impossible_values():
+    with pytest.raises(RankEnvError, match="rank 4 .* below world_size 4"):
+        RankEnv(rank=4, local_rank=0, world_size=4, local_world_size=4, master_port=1,
+                run_id="x")
+    with pytest.raises(RankEnvError, match="WORLD_SIZE must be a whole number, got 'x'"):
+        RankEnv.from_environ({"RANK": "0", "LOCAL_RANK": "0", "WORLD_SIZE": "x"})
+
+
+# -- rank bootstrap -------------------------------------------------------------------------
+
+@pytest.mark.parametrize("argv, message", [
+    (["script.py"], "missing `--`"),
+    (["--shimm", "--", "x.py"], "unknown option"),
+    (["--"], "no target"),
+    (["--", "-m"], "no target"),
+    (["--", "-c", "print(1)"], "must be a script or `-m module`"),
+])
+def test_rank_parse_errors(argv, message):
+    with pytest.raises(RankUsageError, match=re.escape(message)):
+        parse(argv)
+
+
+def test_rank_bootstrap_error_lines_and_argv(tmp_path):
+    env = child_env()
+    for k in TORCHRUN_VARS:
+        env.pop(k, None)
+    bare = subprocess.run([sys.executable, "-m", "simharness.launch.rank", "--", "x.py"],
+                          cwd=ROOT, env=env, capture_output=True, text=True, timeout=60)
+    assert bare.returncode == 2
+    assert bare.stderr.startswith("error: RANK is not set"), bare.stderr
+    script = tmp_path / "show.py"
+    script.write_text(f"import sys\nprint(sys.argv, sys.path[0] == {str(tmp_path)!r}, "
+                      f"__name__)\n")
+    env.update(RANK="0", LOCAL_RANK="0", WORLD_SIZE="1", MASTER_PORT="1")
+    ran = subprocess.run([sys.executable, "-m", "simharness.launch.rank", "--", str(script),
+                          "a", "--b"], cwd=ROOT, env=env, capture_output=True, text=True,
+                         timeout=60)
+    assert ran.returncode == 0, ran.stderr
+    assert ran.stdout.strip() == f"[{str(script)!r}, 'a', '--b'] True __main__"
+    missing = subprocess.run([sys.executable, "-m", "simharness.launch.rank", "--",
+                              str(tmp_path / "nope.py")], cwd=ROOT, env=env,
+                             capture_output=True, text=True, timeout=60)
+    assert missing.returncode == 2 and "nope.py' does not exist" in missing.stderr
+
+
+# -- the shim in one process (a child, so torch in the pytest worker stays unpatched) ------
+
+SHIM_IN_PROCESS = """
+import torch
+from simharness.errors import NeedsGPU
+from simharness.launch import gpu_shim
+from simharness.launch.gpu_shim import ShimError
+s = gpu_shim.install(1, 3)
+out = [torch.cuda.is_available(), torch.cuda.device_count(), torch.cuda.current_device()]
+torch.cuda.set_device("cuda:2"); out.append(torch.cuda.current_device())
+with torch.cuda.device(0):
+    out.append(torch.cuda.current_device())
+out.append(torch.cuda.current_device())
+try:
+    torch.cuda.set_device(3)
+except RuntimeError as e:
+    out.append("ordinal" if "invalid device ordinal" in str(e) else str(e))
+torch.cuda.synchronize(); torch.cuda.empty_cache(); torch.cuda.memory.empty_cache()
+devs = [torch.ones(2, device="cuda:1"), torch.zeros(1).cuda(), torch.arange(2).to(0),
+        torch.arange(2).to("cuda", torch.float64), torch.empty(1, device=torch.device("cuda")),
+        torch.ones(1).new_zeros(2, device="cuda"), torch.ones(1).pin_memory()]
+out.append(sorted({str(t.device) for t in devs}))
+for call in (lambda: torch.cuda.Stream(), lambda: torch.cuda.current_stream(),
+             lambda: torch.cuda.get_rng_state()):
+    try:
+        call()
+        out.append("not refused")
+    except NeedsGPU as e:
+        out.append([e.call, e.where.rsplit(":", 1)[0]])
+try:
+    gpu_shim.install(0, 3)
+except ShimError as e:
+    out.append("twice")
+s.uninstall()
+out += [torch.cuda.is_available(), torch.cuda.device_count(), gpu_shim.active() is None]
+try:
+    torch.ones(1, device="cuda")
+    out.append("cuda tensor after uninstall")
+except (AssertionError, RuntimeError):
+    out.append("restored")
+import json; print(json.dumps(out))
+"""
+
+
+def test_shim_in_process_maps_refuses_and_uninstalls():
+    out = subprocess.run([sys.executable, "-c", SHIM_IN_PROCESS], cwd=ROOT, env=child_env(),
+                         capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    got = json.loads(out.stdout)
+    assert got == [True, 3, 0, 2, 0, 2, "ordinal", ["cpu"],
+                   ["torch.cuda.Stream", "<string>"], ["torch.cuda.current_stream", "<string>"],
+                   ["torch.cuda.get_rng_state", "<string>"],
+                   "twice", False, 0, True, "restored"]
+
+
+def test_map_backend_keeps_other_backends():
+    from simharness.launch.gpu_shim import map_backend
+
+    assert [map_backend(b) for b in ("nccl", "ucc", "cuda:nccl,cpu:gloo", "cpu:gloo",
+                                     "gloo", "mpi", "fake", None)] == \
+        ["gloo", "gloo", "gloo", "cpu:gloo", "gloo", "mpi", "fake", None]
+
+
+# -- launcher: real ranks through torch's elastic agent --------------------------------------
+
+@pytest.mark.launch
+def test_gpu_style_script_runs_unedited_on_four_cpu_ranks():
+    """set_device, nccl + device_id, pg_options, split_group, new_subgroups, a cuda
+    DeviceMesh, CUDA tensors and object collectives; then a Stream stops every rank with
+    NeedsGPU (exit 77). The environment is torchrun's, and each rank its own hash seed."""
+    res, text = launch_in_child([str(SCRIPTS / "gpu_style.py"), "--stream"], 4)
+    # the agent stops the others once it sees the first rank's 77 (they may be exiting too)
+    codes = dict(res["ranks"])
+    assert sorted(codes) == [0, 1, 2, 3] and NEEDS_GPU_EXIT in codes.values(), text
+    assert set(codes.values()) <= {NEEDS_GPU_EXIT, -15, None}, text
+    results = dict(re.findall(r"\[rank(\d)\]:RESULT rank=\d (.*)", text))
+    assert sorted(results) == ["0", "1", "2", "3"], text
+    for r in range(4):
+        line = results[str(r)]
+        odd = r % 2
+        assert f"sum=[10.0, 10.0] half={2 + 2 * odd} split={1 if r < 2 else 5} " in line
+        assert f"sub={[0, 1] if r < 2 else [2, 3]} tp={[0, 1] if r < 2 else [2, 3]}" in line
+        assert "objs=['0', '1', '2', '3']" in line
+    seeds = set(re.findall(r"hashseed=(\d+)", text))
+    assert len(seeds) > 1, "every rank should have its own string-hash seed"
+    envs = dict(re.findall(r"\[rank(\d)\]:ENV (.*)", text))
+    for r, line in envs.items():
+        env = dict(kv.split("=", 1) for kv in line.split())
+        assert "-" not in env.values(), f"torchrun variable missing on rank {r}: {env}"
+        parsed = RankEnv.from_environ(env)
+        assert (parsed.rank, parsed.local_rank, parsed.world_size, parsed.master_addr) == \
+            (int(r), int(r), 4, "127.0.0.1")
+    assert len(re.findall(r"error: needs a real GPU: torch.cuda.Stream at .*gpu_style.py:\d+",
+                          text)) == 4, text
+
+
+@pytest.mark.launch
+def test_failing_rank_is_named_and_the_others_stopped():
+    res, text = launch_in_child([str(SCRIPTS / "sleeper.py"), "--fail-rank", "1"], 3,
+                                shim=False)
+    codes = dict(res["ranks"])
+    assert codes[1] == 3 and codes[0] in (-15, None) and codes[2] in (-15, None), text
+    assert res["exit"] == 3
+
+
+@pytest.mark.launch
+def test_sigterm_stops_every_rank_and_leaves_no_temp_files(tmp_path):
+    env = child_env()
+    env["TMPDIR"] = str(tmp_path)
+    code = ("from simharness.launch.launcher import LaunchSpec, launch\n"
+            f"r = launch(LaunchSpec(({str(SCRIPTS / 'sleeper.py')!r},), nproc_per_node=2, "
+            "shim=False))\nprint('LAUNCH', r.signal, r.exit_code, flush=True)\n")
+    proc = subprocess.Popen([sys.executable, "-c", code], cwd=ROOT, env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    pids, lines = [], []
+    deadline = time.monotonic() + TIMEOUT
+    try:
+        assert proc.stdout is not None
+        while len(pids) < 2 and time.monotonic() < deadline:
+            line = proc.stdout.readline()
+            if not line:
+                break
+            lines.append(line)
+            m = re.search(r"READY \d (\d+)", line)
+            if m:
+                pids.append(int(m.group(1)))
+        assert len(pids) == 2, "".join(lines)
+        proc.send_signal(signal.SIGTERM)
+        rest, _ = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert "LAUNCH 15 143" in rest, "".join(lines) + rest
+    for pid in pids:
+        with pytest.raises(ProcessLookupError):
+            os.kill(pid, 0)
+    assert list(tmp_path.iterdir()) == []
