@@ -481,7 +481,8 @@ def run_program(program: Program, world_size: int, *, ranks: Iterable[int] | Non
     if progress is not None and elapsed >= PROGRESS_EVERY_S:
         progress(sum(1 for r in records.values() if r.status != NOT_RUN), len(rank_list),
                  elapsed)
-    meta = {"command": program.label, "world_size": world_size, "workers": n_jobs,
+    meta = {"command": program.label, "mode": "fast", "world_size": world_size,
+            "workers": n_jobs,
             "elapsed_s": round(elapsed, 3), "isolate": isolate, "accelerate": accelerate,
             "skip_non_members": skip_non_members, "timeout_s": timeout, "versions": _versions()}
     if pool.crashes:
@@ -562,10 +563,19 @@ def failure_message(cap: Capture, out_path: str | None = None) -> str | None:
         msg = (f"rank {rec.rank}: {err.get('message')}{at}{calls}; call "
                f"torch.distributed.init_process_group first (any backend: capture replaces it "
                f"with the fake one)")
-    elif kind == "gpu-only":
+    elif kind == "gpu-only" and cap.meta.get("mode") == "fast":
         msg = (f"rank {rec.rank} calls a GPU/NCCL-only API{at}{via}{calls}: {err.get('message')}"
-               f"; capture runs on CPU under the fake backend: guard the call with "
+               f"; --fast runs on CPU under the fake backend: drop --fast (the default mode "
+               f"answers the CUDA device calls), or guard the call with "
                f"torch.cuda.is_available()")
+    elif kind == "gpu-only":
+        msg = (f"rank {rec.rank} computes on the GPU{at}{via}{calls}: {err.get('message')}; "
+               f"capture maps only the CUDA device calls and NCCL to CPU: move that work "
+               f"after the group creation, or behind a flag")
+    elif kind == "import":
+        msg = (f"rank {rec.rank} cannot import what the script needs{at}{via}: "
+               f"{err.get('message')}; a plain run of the script fails the same way: install "
+               f"it, or capture where it is installed")
     else:
         msg = f"rank {rec.rank} failed{at}{via}{calls}: {err.get('message')}"
     return msg + others + ok + saved
