@@ -36,10 +36,11 @@ from .command import Target
 from .merge import merge_records
 from .record import FAILED, NOT_RUN, Capture, CaptureError, GetterSpec, RankRecord
 
-#: Peak resident memory of one rank (a Python process with torch and gloo, running the
-#: megatron-core example), measured on the 2-core CI machine: about 260 MB for
-#: ``import torch.distributed``, plus the script's own imports; rounded up.
-RANK_MEMORY_MB = 350
+#: Peak resident memory of one rank: a Python process with torch, gloo and the shim running
+#: tests/capture_scripts/faithful_job.py peaked at 250-260 MB (VmHWM; 146 MB of it anonymous
+#: after ``import torch.distributed``). A script importing more (megatron.core: about 390 MB)
+#: needs more; the estimate is a floor.
+RANK_MEMORY_MB = 260
 PARENT_SLACK_S = 30.0   # the parent stops the launch this long after the ranks' own timeout
 
 
@@ -59,11 +60,11 @@ def memory_check(world_size: int, per_rank_mb: int = RANK_MEMORY_MB,
                  available_mb: int | None = None) -> None:
     """Refuse, up front, a world whose processes would not fit in the memory available.
 
-    >>> memory_check(4, 350, 2000)
-    >>> memory_check(64, 350, 2000)
+    >>> memory_check(4, 260, 2000)
+    >>> memory_check(64, 260, 2000)
     Traceback (most recent call last):
     ...
-    simharness.capture.record.CaptureError: a faithful capture of 64 ranks needs about 22400 MB (64 processes x 350 MB each) but 2000 MB are available now; the largest world that fits is 5 ranks: use --fast (forked workers share one interpreter's memory), or free memory.
+    simharness.capture.record.CaptureError: a faithful capture of 64 ranks needs about 16640 MB (64 processes x 260 MB each) but 2000 MB are available now; the largest world that fits is 7 ranks: use --fast (forked workers share one interpreter's memory), or free memory.
     """
     avail = available_memory_mb() if available_mb is None else available_mb
     if avail is None:

@@ -239,7 +239,7 @@ def _classify(exc: BaseException, run: RankRun) -> dict[str, Any]:
 def main(argv: list[str] | None = None) -> int:
     """Entry of ``python -m simharness.capture.rank``; returns the exit status."""
     from ..launch.env import RankEnv, slurm_environ
-    from ..launch.rank import RankArgs, prepare, run_target
+    from ..launch.rank import RankArgs, run_target
 
     ns = parse(sys.argv[1:] if argv is None else argv)
     os.environ.update(slurm_environ(os.environ))
@@ -256,7 +256,7 @@ def main(argv: list[str] | None = None) -> int:
     run.watch(ns.timeout, ns.grace)
     status, error, namespace = OK, None, None
     try:
-        prepare(rank_args)
+        _prepare(rank_args, env)
         install_recorder(run)
         namespace = run_target_namespace(rank_args, run_target)
     except SystemExit as exc:
@@ -280,6 +280,19 @@ def main(argv: list[str] | None = None) -> int:
         getters = {g.text: read_getter(g, namespace, run.rec) for g in specs}
     run.write(status, error, getters)
     return 0 if status == OK else EXIT_FAILED
+
+
+def _prepare(rank_args: Any, env: Any) -> None:
+    """The bootstrap's checks and the shim, with tensors left alone: a CUDA tensor the
+    script computes on is a :class:`~simharness.errors.NeedsGPU` naming its line."""
+    from ..launch.rank import RankUsageError
+
+    if rank_args.script is not None and not os.path.isfile(rank_args.script):
+        raise RankUsageError(f"script {rank_args.script!r} does not exist (cwd {os.getcwd()})")
+    if rank_args.shim:
+        from ..launch import gpu_shim
+
+        gpu_shim.install(env.local_rank, env.local_world_size, map_tensors=False)
 
 
 def _tb_where(exc: BaseException) -> list[str]:
