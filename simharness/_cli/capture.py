@@ -174,7 +174,8 @@ def register(main):
               -- python examples/capture/nemo_style_init.py --tp 2 --cp 2 --create-all-gather-group
           simharness capture -n 8 -- python examples/capture/fsdp2_init.py --shard 4
           simharness capture -n 1024 --fast -- python examples/capture/megatron_init.py --tp 8
-          torchrun --nnodes 2 --nproc-per-node 8 ... -m simharness.capture.rank --out-dir /shared/cap -- init.py
+          torchrun --nnodes 2 --nproc-per-node 8 ... -m simharness.capture.rank \\
+              --out-dir /shared/cap -- init.py
           simharness capture --merge /shared/cap
         """
         from ..capture import GetterSpec, check_capture, parse_rank_spec
@@ -194,7 +195,7 @@ def register(main):
             cap = merge_records(merge_dir, complete=True, meta={"command": f"merge {merge_dir}",
                                                                "mode": "merged",
                                                                "elapsed_s": 0.0})
-            world = cap.world_size
+            world: int | None = cap.world_size
         else:
             fields, _ = config_fields_from_options(**kwargs)
             world = fields.get("world_size")

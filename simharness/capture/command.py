@@ -6,10 +6,10 @@ a :class:`Target`. A missing script, a file that is not Python source, or ``torc
 
 >>> parse_command(["python", "-m", "json.tool", "x.json"]).argv
 ('-m', 'json.tool', 'x.json')
->>> parse_command(["torchrun", "train.py"])
+>>> parse_command(["torchrun", "train.py"])  # doctest: +ELLIPSIS
 Traceback (most recent call last):
 ...
-simharness.capture.record.CaptureError: capture runs a Python script in every rank itself: give `-- python SCRIPT.py ARGS` or `-- python -m MODULE ARGS`, not `torchrun train.py` (drop torchrun/srun: capture plays every rank).
+simharness.capture.record.CaptureError: capture runs a Python script in every rank itself: ...
 """
 
 from __future__ import annotations

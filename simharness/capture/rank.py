@@ -192,6 +192,7 @@ def install_recorder(run: RankRun) -> None:
 
     def split_group(parent_pg=None, split_ranks=None, timeout=None, pg_options=None,
                     group_desc=None, **kwargs):
+        assert orig_split is not None  # only installed where torch has split_group
         pg = orig_split(parent_pg=parent_pg, split_ranks=split_ranks, timeout=timeout,
                         pg_options=pg_options, group_desc=group_desc, **kwargs)
         parent = parent_pg or c10d._get_default_group()
@@ -306,7 +307,7 @@ def run_target_namespace(rank_args: Any, run_target: Any) -> dict[str, Any] | No
     import runpy
 
     if rank_args.script is None:
-        return run_target(rank_args)  # type: ignore[no-any-return]
+        return run_target(rank_args)
     sys.argv = [rank_args.script, *rank_args.args]
     sys.path[0] = os.path.dirname(os.path.abspath(rank_args.script))
     return runpy.run_path(rank_args.script, run_name="__main__")

@@ -8,17 +8,16 @@ and a "cuda" DeviceMesh.
 
 import os
 
+import rank_at_import
 import torch
 import torch.distributed as dist
 from torch.distributed.device_mesh import init_device_mesh
-
-import rank_at_import
 
 local = int(os.environ["LOCAL_RANK"])
 torch.cuda.set_device(local)
 dist.init_process_group("cuda:nccl,cpu:gloo", device_id=torch.device("cuda", local))
 rank, world = dist.get_rank(), dist.get_world_size()
-assert rank_at_import.RANK_AT_IMPORT == rank, (rank_at_import.RANK_AT_IMPORT, rank)
+assert rank == rank_at_import.RANK_AT_IMPORT, (rank_at_import.RANK_AT_IMPORT, rank)
 assert torch.cuda.device_count() == int(os.environ["LOCAL_WORLD_SIZE"])
 torch.cuda.synchronize()
 
