@@ -64,7 +64,7 @@ def memory_check(world_size: int, per_rank_mb: int = RANK_MEMORY_MB,
     >>> try:
     ...     memory_check(64, 260, 2000)
     ... except CaptureError as exc:
-    ...     print(str(exc)[:95])
+    ...     print(str(exc)[:92])
     a faithful capture of 64 ranks needs about 16640 MB (64 processes x 260 MB each) but 2000 MB
     """
     avail = available_memory_mb() if available_mb is None else available_mb
