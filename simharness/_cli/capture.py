@@ -17,6 +17,11 @@ from .common import (
 )
 
 DEFAULT_OUT = "simharness-capture.json"
+FAST_CANNOT_SEE = ("--fast ran the ranks in forked workers of one interpreter under the fake "
+                   "backend: it cannot see string-hash order differing between ranks, code "
+                   "that reads the environment outside the script's own modules at import "
+                   "time, real collective results (all_gather_object, all_reduce return "
+                   "made-up data) or GPU calls (refused).")
 # Flags that only size the world; any other configuration flag asks for the comparison.
 _WORLD_ONLY = {"world_size", "nodes", "gpus_per_node", "mcore"}
 
@@ -114,6 +119,10 @@ def register(main):
                   help="Run the ranks in forked workers of one interpreter under the fake "
                        "backend (big worlds). It cannot see per-process behaviour (hash seeds, "
                        "environment read at import time) or real collective results.")
+    @click.option("--crosscheck/--no-crosscheck", default=True, show_default=True,
+                  help="With --fast: also run rank 0, a middle rank and the last alone, each "
+                       "in its own interpreter, and compare their calls with the fast ones "
+                       "(catches hash-order and import-time differences).")
     @click.option("--ranks", "rank_spec", default="all", show_default=True, metavar="SPEC",
                   help="With --fast: ranks to run, all or e.g. 0-7,12.")
     @click.option("--timeout", type=click.FloatRange(min=0.1), default=120.0, show_default=True,
@@ -149,7 +158,7 @@ def register(main):
     @click.option("--strict", is_flag=True, default=False, help="Exit 1 on warnings too.")
     @click.argument("command", nargs=-1, type=click.UNPROCESSED)
     @click.pass_context
-    def capture(ctx, fast, rank_spec, timeout, grace, out_path, log_dir, merge_dir, getters,
+    def capture(ctx, fast, crosscheck, rank_spec, timeout, grace, out_path, log_dir, merge_dir, getters,
                 twin_specs, jobs, isolate, fmt, strict, command, **kwargs):
         """Run your own initialisation script as a torchrun job would, on CPU: every rank
         its own Python process with torchrun's environment and its own hash seed, a real
@@ -212,10 +221,18 @@ def register(main):
                 def progress(done, total, elapsed):
                     out.echo(f"capture: {done}/{total} ranks, {elapsed:.0f} s", err=True)
 
+                gpn = kwargs.get("gpus_per_node") or 8
                 cap = run_program(program, world, ranks=ranks, timeout=timeout, getters=specs,
-                                  jobs=jobs, isolate=isolate,
-                                  gpus_per_node=kwargs.get("gpus_per_node") or 8,
+                                  jobs=jobs, isolate=isolate, gpus_per_node=gpn,
                                   progress=progress)
+                if crosscheck and not cap.meta.get("signal") and not cap.failed:
+                    from ..capture.inprocess import crosscheck as check_alone
+                    from ..capture.inprocess import crosscheck_ranks
+
+                    alone = [r for r in crosscheck_ranks(world) if r in ranks]
+                    out.echo(f"capture: cross-checking ranks {alone} alone, each in its own "
+                             f"interpreter", err=True)
+                    cap = check_alone(cap, target.argv, ranks=alone, gpus_per_node=gpn)
             else:
                 if rank_spec.strip().lower() not in ("", "all"):
                     fail(f"--ranks {rank_spec}: a faithful capture runs every rank (they talk "
@@ -256,6 +273,11 @@ def register(main):
             out.echo(out.heading(f"captured {len(cap.ok_ranks)} of {world} ranks of "
                                  f"`{meta['command']}` in {meta['elapsed_s']:.1f} s "
                                  f"({how}{mem}) -> {out_path}"))
+            if mode == "fast":
+                out.echo(FAST_CANNOT_SEE + (
+                    " Cross-checked alone: ranks "
+                    f"{', '.join(str(c['rank']) for c in meta['crosscheck'])}."
+                    if meta.get("crosscheck") else ""))
             if layout is not None:
                 out.echo(f"compared with build_layout(config), mcore {layout.mcore}")
             out.echo_findings(findings, strict=strict)

@@ -20,6 +20,8 @@ By code:
                           (partition, composition, ``ag-mismatch``... against the config)
 ``ag-dropped``            the configuration asks for ``create_all_gather_group`` under
                           megatron-core 0.18+ but the code created no all-gather group
+``capture-fast-differs``  a ``--fast`` capture's calls differ from the same rank run alone in
+                          its own interpreter (hash order, environment read at import time)
 ``capture-summary``       ranks, calls and communicators per rank (info)
 """
 
@@ -419,12 +421,34 @@ def check_against_layout(cap: Capture, layout: Layout) -> list[Finding]:
     return out
 
 
+def check_crosscheck(cap: Capture) -> list[Finding]:
+    """A ``--fast`` capture against the same ranks run alone in fresh interpreters."""
+    out = []
+    for item in cap.meta.get("crosscheck") or ():
+        r = item.get("rank")
+        if item.get("same") is False:
+            out.append(Finding(
+                "capture-fast-differs", "error",
+                f"rank {r} makes different new_group calls in --fast mode than alone in its "
+                f"own interpreter: call {item.get('index')} is {item.get('fast')} in --fast "
+                f"but {item.get('separate')} alone; the code depends on something per process "
+                f"(string hash order, the environment read at import time): capture without "
+                f"--fast to see every rank as torchrun runs it", (r,)))
+        elif item.get("same") is None:
+            out.append(Finding(
+                "capture-fast-differs", "warning",
+                f"rank {r} could not be cross-checked in its own interpreter: "
+                f"{item.get('message')}", (r,)))
+    return out
+
+
 def check_capture(cap: Capture, layout: Layout | None = None, *,
                   twins: Sequence[tuple[str, str]] = ()) -> list[Finding]:
     """Every capture check (and, with ``layout``, the comparison with the configuration);
     findings sorted errors first."""
     findings = (check_failed(cap) + check_sequences(cap) + check_local_members(cap)
-                + check_partition(cap) + check_twins(cap, tuple(DEFAULT_TWINS) + tuple(twins)))
+                + check_partition(cap) + check_twins(cap, tuple(DEFAULT_TWINS) + tuple(twins))
+                + check_crosscheck(cap))
     if layout is not None:
         findings += check_against_layout(cap, layout)
     findings += check_summary(cap)

@@ -28,6 +28,7 @@ from __future__ import annotations
 import ast
 import contextlib
 import importlib
+import importlib.util
 import mmap
 import os
 import re
@@ -45,6 +46,7 @@ from .record import (
     FAILED,
     NOT_RUN,
     OK,
+    STOPPED,
     TIMEOUT,
     Capture,
     CaptureError,
@@ -86,11 +88,31 @@ def _imports_of(source: str, filename: str) -> list[str]:
     return names
 
 
-def preimport(names: Iterable[str]) -> list[str]:
+def _local(name: str, folders: tuple[str, ...]) -> bool:
+    """Whether the top-level package of ``name`` lives under one of ``folders`` (the
+    script's own code), found without importing it."""
+    if not folders:
+        return False
+    try:
+        spec = importlib.util.find_spec(name.partition(".")[0])
+    except (ImportError, ValueError):
+        return False
+    if spec is None:
+        return False
+    places = [spec.origin or "", *(spec.submodule_search_locations or ())]
+    return any(os.path.abspath(p).startswith(folders) for p in places if p)
+
+
+def preimport(names: Iterable[str], local: Sequence[str] = ()) -> list[str]:
     """Import ``names`` now (in the parent, once for every worker); failures are left
-    for the ranks to report. Returns the names imported."""
+    for the ranks to report. Modules under the ``local`` folders (the script's own) are not
+    imported here: each rank imports them after its environment is set, so a module that
+    reads ``RANK`` at import time sees its rank. Returns the names imported."""
     done = []
+    folders = tuple(os.path.join(os.path.abspath(f), "") for f in local)
     for name in dict.fromkeys(names):
+        if _local(name, folders):
+            continue
         try:
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore")
@@ -127,7 +149,8 @@ def program_from_command(command: Sequence[str]) -> Program:
             raise CaptureError(f"-m {module}: no such module on the Python path; check the "
                                f"name or run from the directory that holds it.")
         with open(spec.origin, encoding="utf-8") as fh:
-            preimport(_imports_of(fh.read(), spec.origin))
+            preimport(_imports_of(fh.read(), spec.origin),
+                      local=(os.getcwd(), os.path.dirname(spec.origin)))
         return Program(lambda: runpy.run_module(module, run_name="__main__", alter_sys=True),
                        (spec.origin, *rest), f"python -m {module}", spec.origin)
     script = args[0]
@@ -146,7 +169,7 @@ def program_from_command(command: Sequence[str]) -> Program:
     folder = os.path.dirname(path)
     if folder not in sys.path:
         sys.path.insert(0, folder)
-    preimport(_imports_of(source, script))
+    preimport(_imports_of(source, script), local=(folder,))
     return Program(lambda: runpy.run_path(path, run_name="__main__"), (script, *args[1:]),
                    f"python {' '.join([script, *args[1:]])}", path)
 
@@ -221,6 +244,10 @@ def _worker_main(job, ranks, conn, stop, dump_path, isolate, accelerate) -> None
     code = 0
     try:
         import faulthandler
+
+        signal.signal(signal.SIGINT, signal.SIG_IGN)   # the parent stops the workers
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+        os.dup2(2, 1)  # the script's output never reaches the capture's stdout (-f json)
 
         dump = open(dump_path, "w")  # noqa: SIM115 - lives as long as the process
         faulthandler.register(signal.SIGUSR1, file=dump, all_threads=True)
@@ -460,10 +487,30 @@ def run_program(program: Program, world_size: int, *, ranks: Iterable[int] | Non
               gpus_per_node)
     n_jobs = max(1, min(jobs or os.cpu_count() or 1, len(rank_list)))
     t0 = last_report = time.monotonic()
-    pool = _Pool(job, rank_list, n_jobs, isolate=isolate, accelerate=accelerate,
-                 timeout=timeout)
+    got: list[int] = []
+    previous = {}
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        with contextlib.suppress(ValueError):  # not the main thread: no handler
+            previous[sig] = signal.signal(sig, lambda signum, _frame: got.append(signum))
+    try:
+        pool = _Pool(job, rank_list, n_jobs, isolate=isolate, accelerate=accelerate,
+                     timeout=timeout)
+    except BaseException:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+        raise
     try:
         while pool.live:
+            if got:  # SIGINT/SIGTERM: stop every worker, keep what the ranks reported
+                for w in pool.workers:
+                    _kill(w.running_pid if w.running_pid != w.pid else None)
+                    _kill(_child_of(w) if isolate else None)
+                    if w.current is not None and w.current not in pool.records:
+                        pool.records[w.current] = RankRecord(w.current, STOPPED, None, {}, {}, {
+                            "kind": "stopped", "message": "stopped by "
+                            f"{signal.Signals(got[0]).name} before it finished", "where": []})
+                pool.close(kill=True)
+                break
             pool.receive()
             pool.check_timeouts()
             now = time.monotonic()
@@ -473,7 +520,11 @@ def run_program(program: Program, world_size: int, *, ranks: Iterable[int] | Non
     except BaseException:
         pool.close(kill=True)
         raise
-    pool.close()
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+    if not got:
+        pool.close()
     records = pool.records
     for r in rank_list:
         records.setdefault(r, RankRecord(r, NOT_RUN))
@@ -485,8 +536,10 @@ def run_program(program: Program, world_size: int, *, ranks: Iterable[int] | Non
             "workers": n_jobs,
             "elapsed_s": round(elapsed, 3), "isolate": isolate, "accelerate": accelerate,
             "skip_non_members": skip_non_members, "timeout_s": timeout, "versions": _versions()}
-    if pool.crashes:
+    if pool.crashes and not got:
         meta["worker_errors"] = pool.crashes
+    if got:
+        meta["signal"] = signal.Signals(got[0]).name
     return Capture(world_size, rank_list, tuple(pool.sequences), records, meta)
 
 
@@ -579,3 +632,80 @@ def failure_message(cap: Capture, out_path: str | None = None) -> str | None:
     else:
         msg = f"rank {rec.rank} failed{at}{via}{calls}: {err.get('message')}"
     return msg + others + ok + saved
+
+
+# ------------------------------------------------------------- the cross-check
+CROSSCHECK_TIMEOUT_S = 120.0
+
+
+def crosscheck_ranks(world_size: int) -> tuple[int, ...]:
+    """Rank 0, a middle one and the last.
+
+    >>> crosscheck_ranks(1024), crosscheck_ranks(2)
+    ((0, 512, 1023), (0, 1))
+    """
+    return tuple(sorted({0, world_size // 2, world_size - 1}))
+
+
+def crosscheck(cap: Capture, target_argv: Sequence[str], *,
+               ranks: Sequence[int] | None = None, gpus_per_node: int = 8,
+               timeout: float = CROSSCHECK_TIMEOUT_S) -> Capture:
+    """Run ``ranks`` again, each alone in a fresh interpreter (its own hash seed, its
+    environment set before the script's imports) under the fake backend, and compare their
+    ``new_group`` calls with ``cap``'s (a ``--fast`` capture). The result goes into
+    ``meta["crosscheck"]``: per rank, ``same`` or the first call that differs (see
+    :func:`simharness.capture.checks.check_crosscheck`)."""
+    import subprocess
+
+    from .merge import merge_records
+    from .runtime import rank_environment
+
+    ranks = tuple(crosscheck_ranks(cap.world_size) if ranks is None else ranks)
+    tmp = tempfile.mkdtemp(prefix="simharness-capture-check-")
+    procs = []
+    try:
+        base = {k: v for k, v in os.environ.items() if k != "PYTHONHASHSEED"}
+        for r in ranks:
+            env = {**base, **rank_environment(r, cap.world_size, gpus_per_node)}
+            procs.append(subprocess.Popen(
+                [sys.executable, "-m", "simharness.capture.rank", "--fake", "--out-dir", tmp,
+                 "--", *target_argv], env=env, stdin=subprocess.DEVNULL,
+                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
+        deadline = time.monotonic() + timeout
+        for p in procs:
+            try:
+                p.wait(timeout=max(0.1, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                p.kill()
+                p.wait()
+        try:
+            sep = merge_records(tmp)
+        except CaptureError:
+            sep = None
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+                p.wait()
+        shutil.rmtree(tmp, ignore_errors=True)
+    results = []
+    for r in ranks:
+        rec = None if sep is None else sep.records.get(r)
+        if rec is None or rec.status != OK:
+            err = dict((rec.error if rec is not None else None) or {})
+            results.append({"rank": r, "same": None, "message": err.get("message")
+                            or "the separate interpreter wrote no record"})
+            continue
+        fast = [c.key for c in cap.calls(r)]
+        alone = [c.key for c in sep.calls(r)]
+        if fast == alone:
+            results.append({"rank": r, "same": True})
+            continue
+        i = next((k for k, (a, b) in enumerate(zip(fast, alone, strict=False)) if a != b),
+                 min(len(fast), len(alone)))
+        def label(calls, k):
+            return calls[k].label() + f" at {calls[k].site}" if k < len(calls) else "no call"
+        results.append({"rank": r, "same": False, "index": i,
+                        "fast": label(cap.calls(r), i), "separate": label(sep.calls(r), i)})
+    meta = {**cap.meta, "crosscheck": results}
+    return Capture(cap.world_size, cap.ranks, cap.sequences, cap.records, meta)

@@ -61,6 +61,10 @@ def parse(argv: list[str]) -> argparse.Namespace:
                    help="seconds a rank may run on once every other rank has finished")
     p.add_argument("--getter", action="append", default=[], metavar="MODULE:NAME(ARGS)")
     p.add_argument("--no-shim", action="store_true", help="leave torch.cuda and NCCL alone")
+    p.add_argument("--fake", action="store_true",
+                   help="record under torch's fake backend, as --fast does, without the other "
+                        "ranks (the cross-check of --fast: this rank alone, in its own "
+                        "interpreter)")
     ns = p.parse_args(argv[:cut])
     ns.target = argv[cut + 1:]
     if not ns.target or ns.target == ["-m"]:
@@ -251,6 +255,8 @@ def main(argv: list[str] | None = None) -> int:
                  if target[0] == "-m" else RankArgs(not ns.no_shim, None, target[0],
                                                     tuple(target[1:])))
     specs = tuple(GetterSpec.parse(g) for g in ns.getter)
+    if ns.fake:
+        return _main_fake(ns, rank_args, env, specs)
     run = RankRun(ns.out_dir, env.rank, env.world_size, specs)
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, run.on_signal)
@@ -281,6 +287,38 @@ def main(argv: list[str] | None = None) -> int:
         getters = {g.text: read_getter(g, namespace, run.rec) for g in specs}
     run.write(status, error, getters)
     return 0 if status == OK else EXIT_FAILED
+
+
+def _main_fake(ns: argparse.Namespace, rank_args: Any, env: Any,
+               specs: tuple[GetterSpec, ...]) -> int:
+    """This rank alone under the fake backend, recorded as ``--fast`` records it."""
+    import runpy
+
+    from .runtime import Job, finish_calls, install_patches, run_rank
+
+    install_patches()
+    if rank_args.script is not None:
+        path = os.path.abspath(rank_args.script)
+        sys.path[0] = os.path.dirname(path)
+        argv: tuple[str, ...] = (rank_args.script, *rank_args.args)
+
+        def target() -> Any:
+            return runpy.run_path(path, run_name="__main__")
+    else:
+        module = rank_args.module
+        argv = (module, *rank_args.args)
+
+        def target() -> Any:
+            return runpy.run_module(module, run_name="__main__", alter_sys=True)
+    t0 = time.monotonic()
+    job = Job(env.world_size, target, False, specs, True, argv, env.local_world_size)
+    out = run_rank(job, env.rank, None)
+    write_record(ns.out_dir, rank_record(
+        env.rank, env.world_size, out["status"], finish_calls(out["calls"]),
+        getters=out.get("getters"), init=out.get("init"), error=out.get("error"),
+        host=socket.gethostname(), pid=os.getpid(),
+        elapsed_s=round(time.monotonic() - t0, 3)))
+    return 0 if out["status"] == OK else EXIT_FAILED
 
 
 def _prepare(rank_args: Any, env: Any) -> None:

@@ -504,6 +504,34 @@ def rank_environment(rank: int, world: int, gpus_per_node: int) -> dict[str, str
             "MASTER_PORT": "29500"}
 
 
+class RankOutput:
+    """A text stream that writes each line to ``sys.__stderr__`` prefixed ``[rankN]:``,
+    as torchrun's ``--tee`` does (the rank's prints never reach the capture's stdout)."""
+
+    def __init__(self, rank: int):
+        self.prefix = f"[rank{rank}]:"
+        self.partial = ""
+
+    def write(self, text: str) -> int:
+        lines = (self.partial + text).split("\n")
+        self.partial = lines.pop()
+        err = sys.__stderr__
+        if lines and err is not None:
+            err.write("".join(f"{self.prefix}{ln}\n" for ln in lines))
+        return len(text)
+
+    def flush(self) -> None:
+        err = sys.__stderr__
+        if self.partial and err is not None:
+            err.write(f"{self.prefix}{self.partial}\n")
+            self.partial = ""
+        if err is not None:
+            err.flush()
+
+    def isatty(self) -> bool:
+        return False
+
+
 def run_rank(job: Job, rank: int, state: ModuleState | None) -> dict[str, Any]:
     """Run the code as ``rank``; returns ``{"status", "calls", "getters", "init", "error"}``."""
     global _ACTIVE
@@ -513,6 +541,8 @@ def run_rank(job: Job, rank: int, state: ModuleState | None) -> dict[str, Any]:
     if job.argv is not None:
         sys.argv[:] = list(job.argv)
     out: dict[str, Any] = {"status": OK, "getters": {}, "error": None}
+    saved_streams = sys.stdout, sys.stderr
+    sys.stdout = sys.stderr = RankOutput(rank)  # type: ignore[assignment]
     _ACTIVE = rec
     try:
         if job.auto_init:
@@ -542,6 +572,8 @@ def run_rank(job: Job, rank: int, state: ModuleState | None) -> dict[str, Any]:
             if dist.is_initialized():
                 dist.destroy_process_group()
         finally:
+            sys.stdout.flush()
+            sys.stdout, sys.stderr = saved_streams
             os.environ.clear()
             os.environ.update(saved_env)
             sys.argv[:] = saved_argv
