@@ -158,8 +158,8 @@ def register(main):
     @click.option("--strict", is_flag=True, default=False, help="Exit 1 on warnings too.")
     @click.argument("command", nargs=-1, type=click.UNPROCESSED)
     @click.pass_context
-    def capture(ctx, fast, crosscheck, rank_spec, timeout, grace, out_path, log_dir, merge_dir, getters,
-                twin_specs, jobs, isolate, fmt, strict, command, **kwargs):
+    def capture(ctx, fast, crosscheck, rank_spec, timeout, grace, out_path, log_dir, merge_dir,
+                getters, twin_specs, jobs, isolate, fmt, strict, command, **kwargs):
         """Run your own initialisation script as a torchrun job would, on CPU: every rank
         its own Python process with torchrun's environment and its own hash seed, a real
         gloo default group on loopback (collectives return real data), GPU calls

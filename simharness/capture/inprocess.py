@@ -452,6 +452,16 @@ class _Pool:
                                             f"finish within {self.timeout:g} s",
                                             "where": where})
 
+    def stop_all(self, why: str, isolate: bool) -> None:
+        """Kill every worker (and isolated rank); the running ranks become ``stopped``."""
+        for w in self.workers:
+            _kill(_child_of(w) if isolate else None)
+            if w.current is not None and w.current not in self.records:
+                self.records[w.current] = RankRecord(w.current, STOPPED, None, {}, {}, {
+                    "kind": "stopped", "message": f"stopped by {why} before it finished",
+                    "where": []})
+        self.close(kill=True)
+
     def close(self, *, kill: bool = False) -> None:
         self.stop[0] = 1
         for w in self.workers:
@@ -462,6 +472,22 @@ class _Pool:
                     os.waitpid(w.pid, 0)
             w.conn.close()
         shutil.rmtree(self.tmp, ignore_errors=True)
+
+
+@contextlib.contextmanager
+def _signals_caught():
+    """SIGINT/SIGTERM append their number to the yielded list instead of ending the
+    process (main thread only; elsewhere nothing changes)."""
+    got: list[int] = []
+    previous = {}
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        with contextlib.suppress(ValueError):  # not the main thread: no handler
+            previous[sig] = signal.signal(sig, lambda signum, _frame: got.append(signum))
+    try:
+        yield got
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
 
 
 def run_program(program: Program, world_size: int, *, ranks: Iterable[int] | None = None,
@@ -487,42 +513,23 @@ def run_program(program: Program, world_size: int, *, ranks: Iterable[int] | Non
               gpus_per_node)
     n_jobs = max(1, min(jobs or os.cpu_count() or 1, len(rank_list)))
     t0 = last_report = time.monotonic()
-    got: list[int] = []
-    previous = {}
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        with contextlib.suppress(ValueError):  # not the main thread: no handler
-            previous[sig] = signal.signal(sig, lambda signum, _frame: got.append(signum))
-    try:
+    with _signals_caught() as got:
         pool = _Pool(job, rank_list, n_jobs, isolate=isolate, accelerate=accelerate,
                      timeout=timeout)
-    except BaseException:
-        for sig, handler in previous.items():
-            signal.signal(sig, handler)
-        raise
-    try:
-        while pool.live:
-            if got:  # SIGINT/SIGTERM: stop every worker, keep what the ranks reported
-                for w in pool.workers:
-                    _kill(w.running_pid if w.running_pid != w.pid else None)
-                    _kill(_child_of(w) if isolate else None)
-                    if w.current is not None and w.current not in pool.records:
-                        pool.records[w.current] = RankRecord(w.current, STOPPED, None, {}, {}, {
-                            "kind": "stopped", "message": "stopped by "
-                            f"{signal.Signals(got[0]).name} before it finished", "where": []})
-                pool.close(kill=True)
-                break
-            pool.receive()
-            pool.check_timeouts()
-            now = time.monotonic()
-            if progress is not None and now - last_report >= PROGRESS_EVERY_S:
-                last_report = now
-                progress(len(pool.records), len(rank_list), now - t0)
-    except BaseException:
-        pool.close(kill=True)
-        raise
-    finally:
-        for sig, handler in previous.items():
-            signal.signal(sig, handler)
+        try:
+            while pool.live:
+                if got:  # SIGINT/SIGTERM: stop every worker, keep what the ranks reported
+                    pool.stop_all(signal.Signals(got[0]).name, isolate)
+                    break
+                pool.receive()
+                pool.check_timeouts()
+                now = time.monotonic()
+                if progress is not None and now - last_report >= PROGRESS_EVERY_S:
+                    last_report = now
+                    progress(len(pool.records), len(rank_list), now - t0)
+        except BaseException:
+            pool.close(kill=True)
+            raise
     if not got:
         pool.close()
     records = pool.records
@@ -608,7 +615,10 @@ def failure_message(cap: Capture, out_path: str | None = None) -> str | None:
     ok = f"; {done} of {len(cap.ranks)} ranks completed"
     n_before = err.get("calls_before")
     calls = f" after {n_before} new_group call(s)" if n_before else ""
-    if kind == "timeout":
+    if kind == "timeout" and str(err.get("message", "")).startswith(f"rank {rec.rank} "):
+        msg = (f"{err['message']}: it was in {where[0] if where else 'an unknown place'}{via}; "
+               f"raise --timeout/--grace if it is only slow")
+    elif kind == "timeout":
         msg = (f"rank {rec.rank} did not finish within {cap.meta.get('timeout_s', '?')} s: it "
                f"was in {where[0] if where else 'an unknown place'}{via}; raise --timeout if it "
                f"is only slow")
@@ -691,7 +701,7 @@ def crosscheck(cap: Capture, target_argv: Sequence[str], *,
     results = []
     for r in ranks:
         rec = None if sep is None else sep.records.get(r)
-        if rec is None or rec.status != OK:
+        if sep is None or rec is None or rec.status != OK:
             err = dict((rec.error if rec is not None else None) or {})
             results.append({"rank": r, "same": None, "message": err.get("message")
                             or "the separate interpreter wrote no record"})

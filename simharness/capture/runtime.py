@@ -542,7 +542,7 @@ def run_rank(job: Job, rank: int, state: ModuleState | None) -> dict[str, Any]:
         sys.argv[:] = list(job.argv)
     out: dict[str, Any] = {"status": OK, "getters": {}, "error": None}
     saved_streams = sys.stdout, sys.stderr
-    sys.stdout = sys.stderr = RankOutput(rank)  # type: ignore[assignment]
+    sys.stdout = sys.stderr = RankOutput(rank)
     _ACTIVE = rec
     try:
         if job.auto_init:

@@ -18,6 +18,7 @@ def wait_for_peer():
 dist.init_process_group("nccl")
 dist.new_group([0, 1], group_desc="PAIR")
 if rank == dist.get_world_size() - 1 and os.environ.get("BROKEN") == "hang":
+    print(f"rank {rank} waits", flush=True)
     wait_for_peer()
 if os.environ.get("BROKEN") == "cuda":
     import torch
