@@ -2,9 +2,8 @@
 
 import os
 
-import torch.distributed as dist
-
 import rank_at_import
+import torch.distributed as dist
 
 dist.init_process_group("gloo")
 print(f"hello from rank {dist.get_rank()}")
