@@ -228,6 +228,16 @@ def test_bad_input_is_one_error_line_before_any_rank_runs(tmp_path, args, expect
     assert not (tmp_path / "c.json").exists()
 
 
+def test_fast_and_crosscheck_ranks_get_torchruns_environment():
+    from simharness.capture.runtime import rank_environment
+    from simharness.launch.env import TORCHRUN_VARS, RankEnv
+
+    env = rank_environment(1023, 1024, 8)
+    got = RankEnv.from_environ(env)
+    assert (got.rank, got.local_rank, got.group_rank, got.group_world_size) == (1023, 7, 127, 128)
+    assert set(TORCHRUN_VARS) <= set(env)
+
+
 def test_not_a_python_script(tmp_path):
     for name, data in (("run.sh", b"#!/bin/sh\necho hi\n"), ("blob.py", b"\x00\xff\xfe\x00")):
         (tmp_path / name).write_bytes(data)

@@ -677,10 +677,11 @@ def crosscheck(cap: Capture, target_argv: Sequence[str], *,
         base = {k: v for k, v in os.environ.items() if k != "PYTHONHASHSEED"}
         for r in ranks:
             env = {**base, **rank_environment(r, cap.world_size, gpus_per_node)}
-            procs.append(subprocess.Popen(
-                [sys.executable, "-m", "simharness.capture.rank", "--fake", "--out-dir", tmp,
-                 "--", *target_argv], env=env, stdin=subprocess.DEVNULL,
-                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
+            with open(os.path.join(tmp, f"rank{r}.log"), "wb") as log:
+                procs.append(subprocess.Popen(
+                    [sys.executable, "-m", "simharness.capture.rank", "--fake", "--out-dir",
+                     tmp, "--", *target_argv], env=env, stdin=subprocess.DEVNULL,
+                    stdout=log, stderr=subprocess.STDOUT))
         deadline = time.monotonic() + timeout
         for p in procs:
             try:
@@ -692,6 +693,7 @@ def crosscheck(cap: Capture, target_argv: Sequence[str], *,
             sep = merge_records(tmp)
         except CaptureError:
             sep = None
+        logs = {r: _last_line(os.path.join(tmp, f"rank{r}.log")) for r in ranks}
     finally:
         for p in procs:
             if p.poll() is None:
@@ -704,7 +706,7 @@ def crosscheck(cap: Capture, target_argv: Sequence[str], *,
         if sep is None or rec is None or rec.status != OK:
             err = dict((rec.error if rec is not None else None) or {})
             results.append({"rank": r, "same": None, "message": err.get("message")
-                            or "the separate interpreter wrote no record"})
+                            or f"the separate interpreter wrote no record ({logs[r]})"})
             continue
         fast = [c.key for c in cap.calls(r)]
         alone = [c.key for c in sep.calls(r)]
@@ -719,3 +721,12 @@ def crosscheck(cap: Capture, target_argv: Sequence[str], *,
                         "fast": label(cap.calls(r), i), "separate": label(sep.calls(r), i)})
     meta = {**cap.meta, "crosscheck": results}
     return Capture(cap.world_size, cap.ranks, cap.sequences, cap.records, meta)
+
+
+def _last_line(path: str) -> str:
+    try:
+        with open(path, encoding="utf-8", errors="replace") as fh:
+            lines = [ln.strip() for ln in fh if ln.strip()]
+    except OSError:
+        return "no output"
+    return lines[-1][:300] if lines else "no output"

@@ -496,12 +496,16 @@ def _classify(exc: BaseException, rec: Recorder) -> dict[str, Any]:
 
 
 def rank_environment(rank: int, world: int, gpus_per_node: int) -> dict[str, str]:
-    """What torchrun sets for a rank (loopback rendezvous that is never used)."""
+    """What torchrun sets for a rank (:class:`simharness.launch.env.RankEnv`; a loopback
+    rendezvous that is never used), ``gpus_per_node`` ranks per node, plus ``NODE_RANK``."""
+    from ..launch.env import RankEnv
+
     local = min(gpus_per_node, world)
-    return {"RANK": str(rank), "WORLD_SIZE": str(world), "LOCAL_RANK": str(rank % local),
-            "LOCAL_WORLD_SIZE": str(local), "GROUP_RANK": str(rank // local),
-            "NODE_RANK": str(rank // local), "MASTER_ADDR": "127.0.0.1",
-            "MASTER_PORT": "29500"}
+    env = RankEnv(rank=rank, local_rank=rank % local, world_size=world, local_world_size=local,
+                  master_port=29500, run_id="simharness-capture", group_rank=rank // local,
+                  group_world_size=-(-world // local)).to_environ()
+    env["NODE_RANK"] = str(rank // local)
+    return env
 
 
 class RankOutput:
