@@ -274,10 +274,10 @@ def register(main):
                                  f"`{meta['command']}` in {meta['elapsed_s']:.1f} s "
                                  f"({how}{mem}) -> {out_path}"))
             if mode == "fast":
-                out.echo(FAST_CANNOT_SEE + (
+                out.echo(out.wrap(FAST_CANNOT_SEE + (
                     " Cross-checked alone: ranks "
                     f"{', '.join(str(c['rank']) for c in meta['crosscheck'])}."
-                    if meta.get("crosscheck") else ""))
+                    if meta.get("crosscheck") else "")))
             if layout is not None:
                 out.echo(f"compared with build_layout(config), mcore {layout.mcore}")
             out.echo_findings(findings, strict=strict)

@@ -632,9 +632,9 @@ def failure_message(cap: Capture, out_path: str | None = None) -> str | None:
                f"answers the CUDA device calls), or guard the call with "
                f"torch.cuda.is_available()")
     elif kind == "gpu-only":
-        msg = (f"rank {rec.rank} computes on the GPU{at}{via}{calls}: {err.get('message')}; "
-               f"capture maps only the CUDA device calls and NCCL to CPU: move that work "
-               f"after the group creation, or behind a flag")
+        msg = (f"rank {rec.rank} makes a call that needs a real GPU{at}{via}{calls}: "
+               f"{err.get('message')}; capture answers the CUDA device calls, NCCL and CUDA "
+               f"tensors on CPU, not this: move it after the group creation, or behind a flag")
     elif kind == "import":
         msg = (f"rank {rec.rank} cannot import what the script needs{at}{via}: "
                f"{err.get('message')}; a plain run of the script fails the same way: install "

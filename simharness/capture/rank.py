@@ -238,6 +238,8 @@ def _classify(exc: BaseException, run: RankRun) -> dict[str, Any]:
         out["kind"] = "gpu-only"
     elif isinstance(exc, ImportError):
         out["kind"] = "import"
+    elif out["kind"] == "gpu-only":  # the shim answers the GPU calls: a plain failure
+        out["kind"] = "exception"
     return out
 
 
@@ -322,16 +324,13 @@ def _main_fake(ns: argparse.Namespace, rank_args: Any, env: Any,
 
 
 def _prepare(rank_args: Any, env: Any) -> None:
-    """The bootstrap's checks and the shim, with tensors left alone: a CUDA tensor the
-    script computes on is a :class:`~simharness.errors.NeedsGPU` naming its line."""
-    from ..launch.rank import RankUsageError
+    """The bootstrap's checks and the shim (:func:`simharness.launch.rank.prepare`): tensors
+    put on a CUDA device land on CPU (FSDP2's ``fully_shard`` moves parameters there); what
+    truly needs a GPU (streams, events, device properties) is a
+    :class:`~simharness.errors.NeedsGPU` naming the script line."""
+    from ..launch.rank import prepare
 
-    if rank_args.script is not None and not os.path.isfile(rank_args.script):
-        raise RankUsageError(f"script {rank_args.script!r} does not exist (cwd {os.getcwd()})")
-    if rank_args.shim:
-        from ..launch import gpu_shim
-
-        gpu_shim.install(env.local_rank, env.local_world_size, map_tensors=False)
+    prepare(rank_args)
 
 
 def _tb_where(exc: BaseException) -> list[str]:

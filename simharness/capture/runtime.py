@@ -152,7 +152,8 @@ def where_text(frames: list[tuple[str, Any, str]]) -> list[str]:
             own.append(f"{short_path(f)}:{ln} {fn}")
     first = frames[0] if frames else None
     head = [f"{short_path(first[0])}:{first[1]} {first[2]}"] \
-        if first and _foreign(first[0]) and os.path.abspath(first[0]) not in _OWN_FILES else []
+        if (first and _foreign(first[0]) and os.path.abspath(first[0]) not in _OWN_FILES
+            and not os.path.abspath(first[0]).startswith(_LAUNCH_DIR + os.sep)) else []
     return head + own[:4]
 
 

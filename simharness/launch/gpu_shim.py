@@ -215,12 +215,8 @@ def _device_index(device: Any, default: int) -> int | None:
     return None
 
 
-def install(local_rank: int, local_world_size: int, *, lazy_gloo: bool = True,
-            map_tensors: bool = True) -> Shim:
+def install(local_rank: int, local_world_size: int, *, lazy_gloo: bool = True) -> Shim:
     """Patch torch in this process as one GPU per local rank; returns the :class:`Shim`.
-
-    ``map_tensors=False`` (capture) leaves tensors alone: a tensor put on a CUDA device
-    then stops with :class:`NeedsGPU` at the user's line, like every CUDA initialisation.
 
     Raises :class:`ShimError` when a shim is already installed or the values are out of
     range.
@@ -244,8 +240,7 @@ def install(local_rank: int, local_world_size: int, *, lazy_gloo: bool = True,
                 shim._undo.append(lambda: _unset_env("TORCH_GLOO_LAZY_INIT"))
             _patch_cuda(shim)
             _patch_dist(shim)
-            if map_tensors:
-                _enter_tensor_mode(shim)
+            _enter_tensor_mode(shim)
         except BaseException:
             while shim._undo:
                 shim._undo.pop()()

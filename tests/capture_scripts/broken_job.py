@@ -23,5 +23,5 @@ if rank == dist.get_world_size() - 1 and os.environ.get("BROKEN") == "hang":
 if os.environ.get("BROKEN") == "cuda":
     import torch
 
-    x = torch.ones(4, device="cuda")
-    y = x * 2
+    x = torch.ones(4, device="cuda")  # data on "cuda": the shim puts it on CPU
+    stream = torch.cuda.Stream()  # needs a real GPU
