@@ -55,7 +55,8 @@ def register(main: click.Group) -> None:
 @output_options(formats=("table", "json"), show_all=False)
 @click.pass_context
 def replay_data_cmd(ctx, plan_path, capture_path, kind, steps, dense_buckets, expert_buckets,
-                    shard_numel, swap, timeout, backend, force, report_path, fault, deadline, fmt, quiet,
+                    shard_numel, swap, timeout, backend, force, report_path, fault, deadline, fmt,
+                    quiet,
                     **kwargs):
     """Run the optimizer's data path on real processes and compare it with a reference.
 
