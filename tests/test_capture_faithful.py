@@ -311,3 +311,32 @@ def test_two_torchrun_agents_on_loopback_then_merge(tmp_path):
     assert report["meta"]["records"] == 2
     saved = Capture.from_dict(json.loads(out.read_text()))
     assert saved.ok_ranks == [0, 1] and [c.group for c in saved.calls(1)] == [(0, 1)]
+
+
+# ------------------------------------------------------------- replay-data --capture
+def test_replay_data_replays_the_captured_groups(tmp_path):
+    """Megatron 0.16's own init captured, then the all-gather groups of the file misaligned
+    by hand (as #4261 misaligns them): the data path on the captured groups names it."""
+    import megatron_harness as H
+
+    from simharness.capture.inprocess import capture
+
+    ps = H.load_parallel_state_016()
+    cap = capture(lambda: ps.initialize_model_parallel(tensor_model_parallel_size=2,
+                                                       create_all_gather_group=True), 4,
+                  timeout=60)
+    data = json.loads(cap.to_json())  # (the model's own groups match: tests/test_datapath*)
+    for seq in data["sequences"]:
+        for call in seq:
+            if call["desc"] == "DATA_PARALLEL_GROUP_WITH_CP_AG":  # [0, 2], [1, 3] -> swapped
+                call["ranks"] = {(0, 2): [0, 3], (1, 3): [1, 2]}[tuple(call["ranks"])]
+    bad = tmp_path / "bad.json"
+    bad.write_text(json.dumps(data))
+    args = ["replay-data", "-n", "4", "--tp", "2", "--create-all-gather-group", "--mcore",
+            "0.16", "--steps", "1", "-f", "json", "--capture"]
+    res = CliRunner().invoke(cli(), [*args, str(bad)])
+    assert res.exit_code == 1, res.output
+    report = json.loads(res.stdout)
+    assert report["capture"]["file"] == str(bad)
+    msgs = " ".join(f["message"] for f in report["findings"])
+    assert "but it came from rank" in msgs, msgs
