@@ -277,8 +277,8 @@ def test_cli_megatron_script_against_the_config_json(tmp_path):
     out = tmp_path / "cap.json"
     getter = "megatron.core.parallel_state:get_tensor_model_parallel_group"
     res = CliRunner().invoke(simharness_cli(), [
-        "capture", "-n", "8", "--fast", "--no-crosscheck", "--tp", "2", "--cp", "2", "--mcore", "0.16",
-        "--ranks", "0-3",
+        "capture", "-n", "8", "--fast", "--no-crosscheck", "--tp", "2", "--cp", "2",
+        "--mcore", "0.16", "--ranks", "0-3",
         "--getter", getter, "--format", "json", "--out", str(out), "--", "python",
         str(EXAMPLES / "megatron_init.py"), "--tp", "2", "--cp", "2"])
     assert res.exit_code == 0, res.output
