@@ -296,13 +296,17 @@ def _main_fake(ns: argparse.Namespace, rank_args: Any, env: Any,
     """This rank alone under the fake backend, recorded as ``--fast`` records it."""
     import runpy
 
-    from .runtime import Job, finish_calls, install_patches, run_rank
+    from .inprocess import _imports_of, preimport
+    from .runtime import Job, accelerate_megatron, finish_calls, install_patches, run_rank
 
-    install_patches()
     if rank_args.script is not None:
         path = os.path.abspath(rank_args.script)
         sys.path[0] = os.path.dirname(path)
         argv: tuple[str, ...] = (rank_args.script, *rank_args.args)
+        # As --fast does: third-party imports first (this rank's environment is already
+        # set), so Megatron's pure helpers can be memoised; the script's own modules not.
+        with open(path, encoding="utf-8") as fh:
+            preimport(_imports_of(fh.read(), path), local=(os.path.dirname(path),))
 
         def target() -> Any:
             return runpy.run_path(path, run_name="__main__")
@@ -312,6 +316,8 @@ def _main_fake(ns: argparse.Namespace, rank_args: Any, env: Any,
 
         def target() -> Any:
             return runpy.run_module(module, run_name="__main__", alter_sys=True)
+    install_patches()
+    accelerate_megatron()
     t0 = time.monotonic()
     job = Job(env.world_size, target, False, specs, True, argv, env.local_world_size)
     out = run_rank(job, env.rank, None)
