@@ -251,8 +251,11 @@ def register(main):
         if sig:
             import signal as signals
 
-            out.echo(f"error: interrupted by {sig}; {len(cap.ok_ranks)} of {world} ranks had "
-                     f"finished; the partial capture is in {out_path}", err=True)
+            why = (f"stopped after {cap.meta['stopped_after_s']} s: a rank outlived --timeout "
+                   f"and its own watchdog" if cap.meta.get("stopped_after_s") is not None
+                   else f"interrupted by {sig}")
+            out.echo(f"error: {why}; {len(cap.ok_ranks)} of {world} ranks had finished; the "
+                     f"partial capture is in {out_path}", err=True)
             ctx.exit(128 + int(getattr(signals.Signals, sig)))
         problem = failure_message(cap, out_path) or _getter_failures(cap)
         if problem:

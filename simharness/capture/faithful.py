@@ -131,9 +131,14 @@ def run_faithful(target: Target, world_size: int, *, timeout: float | None = 120
         os.makedirs(record_dir, exist_ok=True)
     t0 = time.monotonic()
     stopper = None
+    fired: list[bool] = []
+
+    def stop_launch() -> None:
+        fired.append(True)
+        os.kill(os.getpid(), signal.SIGTERM)
+
     if timeout is not None:  # the ranks' watchdogs stop a hang; this is for one they cannot
-        stopper = threading.Timer(timeout + grace + PARENT_SLACK_S,
-                                  lambda: os.kill(os.getpid(), signal.SIGTERM))
+        stopper = threading.Timer(timeout + grace + PARENT_SLACK_S, stop_launch)
         stopper.daemon = True
     try:
         spec = LaunchSpec(rank_command(target, record_dir, timeout=timeout, grace=grace,
@@ -159,6 +164,8 @@ def run_faithful(target: Target, world_size: int, *, timeout: float | None = 120
                  "grace_s": grace, "versions": _versions()})
     if result.signal is not None:
         meta["signal"] = signal.Signals(result.signal).name
+        if fired:
+            meta["stopped_after_s"] = round(elapsed, 1)
     return Capture(cap.world_size, cap.ranks, cap.sequences, cap.records, meta)
 
 
