@@ -665,14 +665,29 @@ def crosscheck(cap: Capture, target_argv: Sequence[str], *,
     ``new_group`` calls with ``cap``'s (a ``--fast`` capture). The result goes into
     ``meta["crosscheck"]``: per rank, ``same`` or the first call that differs (see
     :func:`simharness.capture.checks.check_crosscheck`)."""
+    ranks = tuple(crosscheck_ranks(cap.world_size) if ranks is None else ranks)
+    tmp = tempfile.mkdtemp(prefix="simharness-capture-check-")
+    procs: list[Any] = []
+    with _signals_caught() as got:
+        sep, logs = _run_alone(cap, ranks, target_argv, tmp, procs, got, gpus_per_node, timeout)
+    if got:
+        return Capture(cap.world_size, cap.ranks, cap.sequences, cap.records,
+                       {**cap.meta, "signal": signal.Signals(got[0]).name})
+    return _compare_alone(cap, ranks, sep, logs)
+
+
+def _run_alone(cap: Capture, ranks: tuple[int, ...], target_argv: Sequence[str], tmp: str,
+               procs: list[Any], got: list[int], gpus_per_node: int,
+               timeout: float) -> tuple[Capture | None, dict[int, str]]:
+    """Start the cross-check ranks, wait for them (or a signal), collect their records; no
+    process and no file is left behind."""
     import subprocess
 
     from .merge import merge_records
     from .runtime import rank_environment
 
-    ranks = tuple(crosscheck_ranks(cap.world_size) if ranks is None else ranks)
-    tmp = tempfile.mkdtemp(prefix="simharness-capture-check-")
-    procs = []
+    sep: Capture | None = None
+    logs: dict[int, str] = {}
     try:
         base = {k: v for k, v in os.environ.items() if k != "PYTHONHASHSEED"}
         for r in ranks:
@@ -683,23 +698,31 @@ def crosscheck(cap: Capture, target_argv: Sequence[str], *,
                      tmp, "--", *target_argv], env=env, stdin=subprocess.DEVNULL,
                     stdout=log, stderr=subprocess.STDOUT))
         deadline = time.monotonic() + timeout
-        for p in procs:
+        while (not got and time.monotonic() < deadline
+               and any(p.poll() is None for p in procs)):
+            time.sleep(0.1)
+        if not got:
+            for p in procs:
+                if p.poll() is None:
+                    p.kill()
+                    p.wait()
             try:
-                p.wait(timeout=max(0.1, deadline - time.monotonic()))
-            except subprocess.TimeoutExpired:
-                p.kill()
-                p.wait()
-        try:
-            sep = merge_records(tmp)
-        except CaptureError:
-            sep = None
-        logs = {r: _last_line(os.path.join(tmp, f"rank{r}.log")) for r in ranks}
+                sep = merge_records(tmp)
+            except CaptureError:
+                sep = None
+            logs = {r: _last_line(os.path.join(tmp, f"rank{r}.log")) for r in ranks}
     finally:
         for p in procs:
             if p.poll() is None:
                 p.kill()
                 p.wait()
         shutil.rmtree(tmp, ignore_errors=True)
+    return sep, logs
+
+
+def _compare_alone(cap: Capture, ranks: tuple[int, ...], sep: Capture | None,
+                   logs: dict[int, str]) -> Capture:
+    """``meta["crosscheck"]``: each rank's fast calls against its calls alone."""
     results = []
     for r in ranks:
         rec = None if sep is None else sep.records.get(r)
