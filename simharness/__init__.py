@@ -1,7 +1,7 @@
 """simharness: Megatron-Core process-group layouts, simulated, checked and replayed.
 
 The core (config, grid, plan, layout, checks) is pure: it never imports
-``torch.distributed``. ``simharness.replay`` is the only part that does.
+``torch.distributed``. ``simharness.replay`` and ``simharness.capture`` are the only parts that do.
 """
 
 from .checks import check
@@ -26,8 +26,8 @@ def __getattr__(name):
         from .replay import verify_live
 
         return verify_live
-    if name == "capture":  # lazy: the capture imports torch.distributed when it runs
-        from .replay.capture import capture
+    if name == "capture":  # the package is callable: simharness.capture(fn, world_size)
+        import importlib
 
-        return capture
+        return importlib.import_module(".capture", __name__)
     raise AttributeError(f"module 'simharness' has no attribute {name!r}")

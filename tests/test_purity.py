@@ -17,6 +17,9 @@ check(lay)
 lay.rank(5)
 simharness.Layout.from_json(lay.to_json())
 import simharness.replay  # the package itself imports torch lazily
+import simharness.capture  # so does capture: records and checks are pure
+simharness.capture.Capture.from_dict(simharness.capture.Capture(2, (0, 1), (), {}).to_dict())
+assert callable(simharness.capture)
 import simharness.getters, simharness.planfile  # pure tables/files the replay uses
 simharness.getters.megatron_getters('0.19')
 leaked = sorted(m for m in sys.modules if m == "torch" or m.startswith("torch."))

@@ -1,6 +1,6 @@
 """``simharness capture``: run the user's own initialisation script for every rank, on CPU.
 
-Nothing here imports torch at start-up; :mod:`simharness.replay.capture` does
+Nothing here imports torch at start-up; :mod:`simharness.capture.inprocess` does
 when the command runs.
 """
 
@@ -17,6 +17,11 @@ from .common import (
 )
 
 DEFAULT_OUT = "simharness-capture.json"
+FAST_CANNOT_SEE = ("--fast ran the ranks in forked workers of one interpreter under the fake "
+                   "backend: it cannot see string-hash order differing between ranks, code "
+                   "that reads the environment outside the script's own modules at import "
+                   "time, real collective results (all_gather_object, all_reduce return "
+                   "made-up data) or GPU calls (refused).")
 # Flags that only size the world; any other configuration flag asks for the comparison.
 _WORLD_ONLY = {"world_size", "nodes", "gpus_per_node", "mcore"}
 
@@ -50,20 +55,92 @@ def _layout(kwargs: dict):
     return build_layout(ParallelismConfig.from_dict(fields), mcore)
 
 
+def _check_out_path(path: str) -> None:
+    """Fail before any rank runs when the capture could not be written to ``path``."""
+    import os
+
+    folder = os.path.dirname(os.path.abspath(path))
+    if os.path.isdir(path):
+        fail(f"--out {path}: is a directory; give a file name, e.g. {path}/capture.json.")
+    if not os.path.isdir(folder):
+        fail(f"--out {path}: the folder {folder} does not exist; create it or pick another "
+             f"path.")
+    if not os.access(folder, os.W_OK) or (os.path.exists(path) and not os.access(path, os.W_OK)):
+        fail(f"--out {path}: not writable; pick a path you can write (checked before running "
+             f"the ranks).")
+
+
+def _check_getter_modules(specs, target) -> None:
+    """A getter whose module cannot be found anywhere the ranks look is bad input."""
+    import importlib.util
+    import os
+    import sys
+
+    extra = [os.path.dirname(os.path.abspath(target.path))] if target and target.path else []
+    sys.path[:0] = extra
+    try:
+        for spec in specs:
+            if spec.module == "__main__":
+                continue
+            try:
+                found = importlib.util.find_spec(spec.module)
+            except (ImportError, ValueError):
+                found = None
+            if found is None:
+                fail(f"--getter {spec.text!r}: no module {spec.module!r} on the ranks' Python "
+                     f"path; check the name (MODULE:NAME, e.g. megatron.core.parallel_state:"
+                     f"get_data_parallel_group).")
+    finally:
+        del sys.path[:len(extra)]
+
+
+def _getter_failures(cap) -> str | None:
+    """A getter that raised on every captured rank: its text and the error, else None."""
+    ok = cap.ok_ranks
+    if not ok:
+        return None
+    first = cap.records[ok[0]].getters
+    for text, value in first.items():
+        if not (isinstance(value, dict) and "raises" in value):
+            continue
+        if all(isinstance(cap.records[r].getters.get(text), dict)
+               and "raises" in cap.records[r].getters[text] for r in ok):
+            return f"--getter {text!r} raised on every rank: {value['raises']}"
+    return None
+
+
 def register(main):
-    @main.command(short_help="Run your own init script for every rank (fake backend) and check "
-                             "its groups.",
+    @main.command(short_help="Run your own init script as a torchrun job on CPU (one process "
+                             "per rank) and check its groups.",
                   context_settings={"allow_interspersed_args": False,
                                     "ignore_unknown_options": True})
     @config_options
+    @click.option("--fast", is_flag=True, default=False,
+                  help="Run the ranks in forked workers of one interpreter under the fake "
+                       "backend (big worlds). It cannot see per-process behaviour (hash seeds, "
+                       "environment read at import time) or real collective results.")
+    @click.option("--crosscheck/--no-crosscheck", default=True, show_default=True,
+                  help="With --fast: also run rank 0, a middle rank and the last alone, each "
+                       "in its own interpreter, and compare their calls with the fast ones "
+                       "(catches hash-order and import-time differences).")
     @click.option("--ranks", "rank_spec", default="all", show_default=True, metavar="SPEC",
-                  help="Ranks to run: all, or e.g. 0-7,12.")
+                  help="With --fast: ranks to run, all or e.g. 0-7,12.")
     @click.option("--timeout", type=click.FloatRange(min=0.1), default=120.0, show_default=True,
                   help="Seconds one rank may run; a rank that takes longer is stopped and "
                        "the place it was in is named.")
+    @click.option("--grace", type=click.FloatRange(min=0.0), default=5.0, show_default=True,
+                  help="Seconds a rank may run on once every other rank has finished before "
+                       "it is named as stuck, with its stack.")
     @click.option("--out", "out_path", default=DEFAULT_OUT, show_default=True,
                   type=click.Path(dir_okay=False), help="Where the capture (JSON) is written, "
                                                         "also when a rank fails.")
+    @click.option("--log-dir", type=click.Path(file_okay=False), default=None,
+                  help="Write each rank's output to files under this folder instead of "
+                       "stderr (prefixed [rankN]:).")
+    @click.option("--merge", "merge_dir", type=click.Path(file_okay=False), default=None,
+                  help="Check the rank records (rank-NNNNN.json) that `python -m "
+                       "simharness.capture.rank --out-dir DIR` wrote under torchrun/srun; "
+                       "no command.")
     @click.option("--getter", "getters", multiple=True, metavar="MODULE:NAME(ARGS)",
                   help="A collective-free getter to read on every rank after the script, e.g. "
                        "megatron.core.parallel_state:get_data_parallel_group(with_context_"
@@ -73,28 +150,31 @@ def register(main):
                        "every rank (the all-gather/DP-with-CP and fsdp_reduce_scatter/"
                        "mesh_shard pairs are built in). Repeatable.")
     @click.option("--jobs", "-j", type=click.IntRange(min=1), default=None,
-                  help="Worker processes (default: one per CPU core).")
+                  help="With --fast: worker processes (default: one per CPU core).")
     @click.option("--isolate", is_flag=True, default=False,
-                  help="Run every rank in its own forked process (slower; for code that keeps "
-                       "state outside module globals).")
+                  help="With --fast: run every rank in its own forked process.")
     @click.option("--format", "-f", "fmt", type=click.Choice(("table", "json")),
                   default="table", show_default=True)
     @click.option("--strict", is_flag=True, default=False, help="Exit 1 on warnings too.")
     @click.argument("command", nargs=-1, type=click.UNPROCESSED)
     @click.pass_context
-    def capture(ctx, rank_spec, timeout, out_path, getters, twin_specs, jobs, isolate, fmt,
-                strict, command, **kwargs):
-        """Run your own initialisation script once per rank under torch's fake backend
-        (no GPU, no NCCL), record every new_group call (ranks, group_desc, backend,
-        options, use_local_synchronization, call site) and check them: the same
-        creation order on every rank, groups of one kind partitioning the world,
-        twin groups lining up, and, with configuration flags or --config, the
-        groups build_layout(config) predicts.
+    def capture(ctx, fast, crosscheck, rank_spec, timeout, grace, out_path, log_dir, merge_dir,
+                getters, twin_specs, jobs, isolate, fmt, strict, command, **kwargs):
+        """Run your own initialisation script as a torchrun job would, on CPU: every rank
+        its own Python process with torchrun's environment and its own hash seed, a real
+        gloo default group on loopback (collectives return real data), GPU calls
+        (torch.cuda.set_device, NCCL, device_id=, a "cuda" DeviceMesh, split_group)
+        answered by a CPU shim. Every new_group/split_group call is recorded (ranks,
+        group_desc, backend, options, use_local_synchronization, call site) and checked:
+        the same creation order on every rank, groups of one kind partitioning the world,
+        twin groups lining up, and, with configuration flags or --config, the groups
+        build_layout(config) predicts.
 
-        The script must call torch.distributed.init_process_group (any backend); it
-        reads RANK/WORLD_SIZE/LOCAL_RANK like under torchrun. Exit status: 0 clean,
-        1 on an error finding, 2 when the script fails on a rank or on bad input
-        (the capture is still written to --out).
+        The script must call torch.distributed.init_process_group (any backend). The
+        script's output goes to stderr, each line prefixed [rankN]: (or to --log-dir).
+        Exit status: 0 clean, 1 on an error finding, 2 when the script fails on a rank or
+        on bad input (the capture is still written to --out), 128+N when interrupted by
+        signal N (the partial capture is written).
 
         \b
         Examples:
@@ -102,31 +182,82 @@ def register(main):
           simharness capture -n 16 --tp 2 --cp 2 --create-all-gather-group --mcore 0.16 \\
               -- python examples/capture/nemo_style_init.py --tp 2 --cp 2 --create-all-gather-group
           simharness capture -n 8 -- python examples/capture/fsdp2_init.py --shard 4
-          simharness capture -n 8 -- python examples/capture/divergent_groups.py
+          simharness capture -n 1024 --fast -- python examples/capture/megatron_init.py --tp 8
+          torchrun --nnodes 2 --nproc-per-node 8 ... -m simharness.capture.rank \\
+              --out-dir /shared/cap -- init.py
+          simharness capture --merge /shared/cap
         """
-        from ..replay.capture import failure_message, program_from_command, run_program
-        from ..replay.capture_checks import check_capture
-        from ..replay.capture_record import GetterSpec, parse_rank_spec
+        from ..capture import GetterSpec, check_capture, parse_rank_spec
+        from ..capture.command import parse_command
+        from ..capture.inprocess import failure_message
 
-        fields, _ = config_fields_from_options(**kwargs)
-        world = fields.get("world_size")
-        if world is None:
-            fail("give the world size: -n WORLD (or --nodes/--gpus-per-node, or --config).")
-        layout = _layout(kwargs)
-        ranks = parse_rank_spec(rank_spec, world)
+        _check_out_path(out_path)
         twins = _twins(twin_specs)
         specs = [GetterSpec.parse(g) for g in getters]
-        program = program_from_command(command)
+        layout = _layout(kwargs) if (merge_dir is None or
+                                     set(config_flags_given(**kwargs)) - _WORLD_ONLY) else None
+        if merge_dir is not None:
+            if command:
+                fail("--merge DIR checks records already written: give no command after it.")
+            from ..capture.merge import merge_records
 
-        def progress(done, total, elapsed):
-            out.echo(f"capture: {done}/{total} ranks, {elapsed:.0f} s", err=True)
+            cap = merge_records(merge_dir, complete=True, meta={"command": f"merge {merge_dir}",
+                                                               "mode": "merged",
+                                                               "elapsed_s": 0.0})
+            world: int | None = cap.world_size
+        else:
+            fields, _ = config_fields_from_options(**kwargs)
+            world = fields.get("world_size")
+            if world is None:
+                fail("give the world size: -n WORLD (or --nodes/--gpus-per-node, or --config).")
+            target = parse_command(command)
+            _check_getter_modules(specs, target)
+            if fast:
+                from ..capture.inprocess import program_from_command, run_program
 
-        cap = run_program(program, world, ranks=ranks, timeout=timeout, getters=specs,
-                          jobs=jobs, isolate=isolate,
-                          gpus_per_node=kwargs.get("gpus_per_node") or 8, progress=progress)
+                ranks = parse_rank_spec(rank_spec, world)
+                program = program_from_command(command)
+
+                def progress(done, total, elapsed):
+                    out.echo(f"capture: {done}/{total} ranks, {elapsed:.0f} s", err=True)
+
+                gpn = kwargs.get("gpus_per_node") or 8
+                cap = run_program(program, world, ranks=ranks, timeout=timeout, getters=specs,
+                                  jobs=jobs, isolate=isolate, gpus_per_node=gpn,
+                                  progress=progress)
+                if crosscheck and not cap.meta.get("signal") and not cap.failed:
+                    from ..capture.inprocess import crosscheck as check_alone
+                    from ..capture.inprocess import crosscheck_ranks
+
+                    alone = [r for r in crosscheck_ranks(world) if r in ranks]
+                    out.echo(f"capture: cross-checking ranks {alone} alone, each in its own "
+                             f"interpreter", err=True)
+                    cap = check_alone(cap, target.argv, ranks=alone, gpus_per_node=gpn)
+            else:
+                if rank_spec.strip().lower() not in ("", "all"):
+                    fail(f"--ranks {rank_spec}: a faithful capture runs every rank (they talk "
+                         f"to each other); add --fast to run a subset.")
+                if jobs is not None or isolate:
+                    fail("--jobs/--isolate size the --fast mode's workers; add --fast, or "
+                         "drop them (a faithful capture runs one process per rank).")
+                from ..capture.faithful import run_faithful
+
+                cap = run_faithful(target, world, timeout=timeout, grace=grace, getters=specs,
+                                   log_dir=log_dir,
+                                   progress=lambda m: out.echo(m, err=True))
         with open(out_path, "w", encoding="utf-8") as fh:
             fh.write(cap.to_json(indent=1))
-        problem = failure_message(cap, out_path)
+        sig = cap.meta.get("signal")
+        if sig:
+            import signal as signals
+
+            why = (f"stopped after {cap.meta['stopped_after_s']} s: a rank outlived --timeout "
+                   f"and its own watchdog" if cap.meta.get("stopped_after_s") is not None
+                   else f"interrupted by {sig}")
+            out.echo(f"error: {why}; {len(cap.ok_ranks)} of {world} ranks had finished; the "
+                     f"partial capture is in {out_path}", err=True)
+            ctx.exit(128 + int(getattr(signals.Signals, sig)))
+        problem = failure_message(cap, out_path) or _getter_failures(cap)
         if problem:
             fail(problem)
         findings = check_capture(cap, layout, twins=twins)
@@ -137,9 +268,19 @@ def register(main):
                            "findings": [f.to_dict() for f in findings], "exit": code})
         else:
             meta = cap.meta
+            mode = meta.get("mode", "fast")
+            how = (f"{meta.get('workers')} workers, --fast" if mode == "fast"
+                   else f"one process per rank, {mode}")
+            peak = meta.get("peak_rss_kb_sum")
+            mem = f", peak memory {peak / 1024:.0f} MB (sum over ranks)" if peak else ""
             out.echo(out.heading(f"captured {len(cap.ok_ranks)} of {world} ranks of "
                                  f"`{meta['command']}` in {meta['elapsed_s']:.1f} s "
-                                 f"({meta['workers']} workers) -> {out_path}"))
+                                 f"({how}{mem}) -> {out_path}"))
+            if mode == "fast":
+                out.echo(out.wrap(FAST_CANNOT_SEE + (
+                    " Cross-checked alone: ranks "
+                    f"{', '.join(str(c['rank']) for c in meta['crosscheck'])}."
+                    if meta.get("crosscheck") else "")))
             if layout is not None:
                 out.echo(f"compared with build_layout(config), mcore {layout.mcore}")
             out.echo_findings(findings, strict=strict)

@@ -21,6 +21,9 @@ def register(main: click.Group) -> None:
 @config_options
 @click.option("--plan", "plan_path", type=click.Path(dir_okay=False), default=None,
               help="Replay this exported plan (simharness export --out FILE).")
+@click.option("--capture", "capture_path", type=click.Path(dir_okay=False), default=None,
+              help="Replay the groups a `simharness capture` file recorded (your code's "
+                   "groups) instead of the model's; the configuration flags name the kinds.")
 @click.option("--kind", type=click.Choice(("megatron", "fsdp2")), default="megatron",
               show_default=True,
               help="megatron: the distributed optimizer's buckets; fsdp2: fully_shard with and "
@@ -51,8 +54,9 @@ def register(main: click.Group) -> None:
               help="Testing: kill the whole replay after this many seconds.")
 @output_options(formats=("table", "json"), show_all=False)
 @click.pass_context
-def replay_data_cmd(ctx, plan_path, kind, steps, dense_buckets, expert_buckets, shard_numel,
-                    swap, timeout, backend, force, report_path, fault, deadline, fmt, quiet,
+def replay_data_cmd(ctx, plan_path, capture_path, kind, steps, dense_buckets, expert_buckets,
+                    shard_numel, swap, timeout, backend, force, report_path, fault, deadline, fmt,
+                    quiet,
                     **kwargs):
     """Run the optimizer's data path on real processes and compare it with a reference.
 
@@ -93,6 +97,9 @@ def replay_data_cmd(ctx, plan_path, kind, steps, dense_buckets, expert_buckets, 
 
     layout, _ = layout_for_replay(plan_path, "plan", kwargs)
     out.check_writable(report_path, "--report")  # before any rank starts
+    notes = []
+    if capture_path:
+        layout, notes = _captured(capture_path, layout)
     if swap:
         a, b, swap_kind = parse_swap(swap)
         layout = swap_ranks(layout, a, b, swap_kind)
@@ -102,6 +109,8 @@ def replay_data_cmd(ctx, plan_path, kind, steps, dense_buckets, expert_buckets, 
     report = replay_data(layout, opts, deadline=deadline)
     if swap:
         report["swap"] = swap
+    if capture_path:
+        report["capture"] = {"file": capture_path, "notes": [f.message for f in notes]}
     if report_path:
         write_report(report, report_path)
     if fmt == "json":
@@ -113,3 +122,31 @@ def replay_data_cmd(ctx, plan_path, kind, steps, dense_buckets, expert_buckets, 
                                  bold=True)
             out.echo(line)
     ctx.exit(report["exit_code"])
+
+
+def _captured(path: str, layout):
+    """The groups of a capture file as a layout under ``layout``'s configuration."""
+    import json
+
+    from ..capture import Capture
+    from ..capture.checks import captured_layout
+    from .common import fail
+
+    with open(path, encoding="utf-8") as fh:
+        try:
+            cap = Capture.from_dict(json.load(fh))
+        except ValueError as exc:
+            fail(f"--capture {path}: not JSON ({exc}); give a file `simharness capture` "
+                 f"wrote.")
+    if cap.world_size != layout.world_size:
+        fail(f"--capture {path}: the capture ran {cap.world_size} ranks but the configuration's "
+             f"world is {layout.world_size}; give -n {cap.world_size} and the sizes the "
+             f"script used.")
+    if not cap.complete:
+        fail(f"--capture {path}: only {len(cap.ok_ranks)} of {len(cap.ranks)} ranks completed; "
+             f"capture again until every rank finishes.")
+    captured, notes = captured_layout(cap, layout)
+    if captured is None:
+        fail(f"--capture {path}: none of the captured groups' group_desc is one the "
+             f"configuration builds; give the configuration flags the script used.")
+    return captured, notes

@@ -30,6 +30,8 @@ from typing import IO, Any
 import click
 import numpy as np
 
+from ..ranktext import format_rank_set, format_ranks  # noqa: F401 - re-exported
+
 # Tables longer than this are summarised (first HEAD, last TAIL rows) unless --all.
 SUMMARY_THRESHOLD = 16
 HEAD, TAIL = 6, 2
@@ -93,42 +95,6 @@ def more_line(omitted: int, what: str = "groups", hint: bool = True) -> str:
     if hint:
         text += " (--all shows every one)"
     return dim(text)
-
-
-def format_ranks(ranks: Sequence[int] | np.ndarray, limit: int = 12) -> str:
-    """A rank list as Python writes it, shortened when long.
-
-    Arithmetic progressions longer than ``limit`` become ``[a, b, c, ..., z]
-    (n ranks, stride s)``; other long lists show the first and last few.
-    """
-    arr = np.asarray(ranks).ravel()
-    n = arr.size
-    if n <= limit:
-        return "[" + ", ".join(str(int(x)) for x in arr) + "]"
-    diffs = np.diff(arr)
-    if diffs.size and np.all(diffs == diffs[0]):
-        return (f"[{int(arr[0])}, {int(arr[1])}, {int(arr[2])}, ..., {int(arr[-1])}] "
-                f"({n} ranks, stride {int(diffs[0])})")
-    first = ", ".join(str(int(x)) for x in arr[:limit - 3])
-    last = ", ".join(str(int(x)) for x in arr[-2:])
-    return f"[{first}, ..., {last}] ({n} ranks)"
-
-
-def format_rank_set(ranks: Sequence[int] | np.ndarray, limit: int = 12) -> str:
-    """Sorted ranks with runs collapsed: ``0-3, 8, 10-15``."""
-    arr = np.unique(np.asarray(ranks, dtype=np.int64).ravel())
-    if arr.size == 0:
-        return "none"
-    breaks = np.flatnonzero(np.diff(arr) != 1) + 1
-    starts = np.concatenate(([0], breaks))
-    ends = np.concatenate((breaks, [arr.size])) - 1
-    parts = []
-    for s, e in zip(starts.tolist(), ends.tolist(), strict=True):
-        a, b = int(arr[s]), int(arr[e])
-        parts.append(str(a) if a == b else f"{a}-{b}")
-    if len(parts) > limit:
-        parts = parts[:limit - 2] + ["..."] + parts[-1:]
-    return ", ".join(parts)
 
 
 # -------------------------------------------------------------------- tables

@@ -1,6 +1,6 @@
 """Run the user's code as one rank under torch's ``fake`` backend and record its groups.
 
-Runs inside a capture worker (a process forked by :mod:`simharness.replay.capture`);
+Runs inside a capture worker (a process forked by :mod:`simharness.capture.inprocess`);
 imports torch. What it changes, and only while a rank runs (:data:`_ACTIVE` set):
 
 * ``init_process_group`` starts the ``fake`` backend on a ``FakeStore`` with the
@@ -42,7 +42,7 @@ from typing import Any
 import torch.distributed as dist
 from torch.distributed import distributed_c10d as c10d
 
-from .capture_record import FAILED, OK, CaptureError, GetterSpec, GroupCall
+from .record import FAILED, OK, CaptureError, GetterSpec, GroupCall
 
 KNOWN_BACKENDS = frozenset({"nccl", "gloo", "ucc", "mpi", "fake", "xccl"})
 STACK_DEPTH = 3
@@ -54,7 +54,11 @@ _ACTIVE: Recorder | None = None
 _TORCH_DIR = os.path.dirname(os.path.dirname(os.path.abspath(dist.__file__)))
 _STDLIB_DIR = os.path.abspath(sysconfig.get_paths()["stdlib"])
 _HERE = os.path.dirname(os.path.abspath(__file__))
-_OWN_FILES = frozenset(os.path.join(_HERE, f) for f in ("capture_runtime.py", "capture.py"))
+_LAUNCH_DIR = os.path.join(os.path.dirname(_HERE), "launch")
+# Frames of the capture's (and the rank bootstrap's) own code: the user's stack ends there.
+_OWN_FILES = frozenset([*(os.path.join(_HERE, f) for f in ("runtime.py", "inprocess.py",
+                                                             "rank.py")),
+                        os.path.join(_LAUNCH_DIR, "rank.py")])
 
 
 # ------------------------------------------------------------------ frames
@@ -67,6 +71,7 @@ def _foreign(filename: str) -> bool:
     if hit is None:
         f = os.path.abspath(filename) if not filename.startswith("<") else filename
         hit = (f.startswith(_TORCH_DIR) or f in _OWN_FILES or filename.startswith("<frozen")
+               or f.startswith(_LAUNCH_DIR + os.sep)  # the GPU shim's wrappers
                or (f.startswith(_STDLIB_DIR) and "-packages" not in f))
         _FOREIGN[filename] = hit
     return hit
@@ -131,7 +136,8 @@ def stack_text(stack: tuple) -> tuple[str, ...]:
 
 def finish_calls(calls) -> tuple[GroupCall, ...]:
     """Recorded call tuples -> :class:`GroupCall` objects with their stacks as text."""
-    return tuple(GroupCall(r, d, b, loc, o, n, stack_text(st)) for r, d, b, loc, o, n, st in calls)
+    return tuple(GroupCall(r, d, b, loc, o, n, stack_text(st), kept)
+                 for r, d, b, loc, o, n, st, kept in calls)
 
 
 def where_text(frames: list[tuple[str, Any, str]]) -> list[str]:
@@ -146,7 +152,8 @@ def where_text(frames: list[tuple[str, Any, str]]) -> list[str]:
             own.append(f"{short_path(f)}:{ln} {fn}")
     first = frames[0] if frames else None
     head = [f"{short_path(first[0])}:{first[1]} {first[2]}"] \
-        if first and _foreign(first[0]) and os.path.abspath(first[0]) not in _OWN_FILES else []
+        if (first and _foreign(first[0]) and os.path.abspath(first[0]) not in _OWN_FILES
+            and not os.path.abspath(first[0]).startswith(_LAUNCH_DIR + os.sep)) else []
     return head + own[:4]
 
 
@@ -206,6 +213,7 @@ def recording_new_group(ranks=None, timeout=None, backend=None, pg_options=None,
         ranks_t, valid = None, True
     else:
         ranks_t, valid = _interned_ranks(tuple(map(int, ranks)), rec.world_size)
+    ordered = kwargs.get("sort_ranks", True) is False  # torch keeps the list's order
     local = bool(use_local_synchronization)
     member = ranks_t is None or rec.rank in ranks_t
     name = None if local else str(c10d._world.group_count)  # torch's name for such a group
@@ -227,7 +235,7 @@ def recording_new_group(ranks=None, timeout=None, backend=None, pg_options=None,
     # A plain tuple (GroupCall's fields; the stack as code ids): made into a GroupCall by
     # finish_calls, once per distinct sequence.
     rec.calls.append((ranks_t, group_desc, bname, local, opts, name,
-                      _intern(call_stack(sys._getframe(1)))))
+                      _intern(call_stack(sys._getframe(1))), ordered))
     return pg
 
 
@@ -489,12 +497,44 @@ def _classify(exc: BaseException, rec: Recorder) -> dict[str, Any]:
 
 
 def rank_environment(rank: int, world: int, gpus_per_node: int) -> dict[str, str]:
-    """What torchrun sets for a rank (loopback rendezvous that is never used)."""
+    """What torchrun sets for a rank (:class:`simharness.launch.env.RankEnv`; a loopback
+    rendezvous that is never used), ``gpus_per_node`` ranks per node, plus ``NODE_RANK``."""
+    from ..launch.env import RankEnv
+
     local = min(gpus_per_node, world)
-    return {"RANK": str(rank), "WORLD_SIZE": str(world), "LOCAL_RANK": str(rank % local),
-            "LOCAL_WORLD_SIZE": str(local), "GROUP_RANK": str(rank // local),
-            "NODE_RANK": str(rank // local), "MASTER_ADDR": "127.0.0.1",
-            "MASTER_PORT": "29500"}
+    env = RankEnv(rank=rank, local_rank=rank % local, world_size=world, local_world_size=local,
+                  master_port=29500, run_id="simharness-capture", group_rank=rank // local,
+                  group_world_size=-(-world // local)).to_environ()
+    env["NODE_RANK"] = str(rank // local)
+    return env
+
+
+class RankOutput:
+    """A text stream that writes each line to ``sys.__stderr__`` prefixed ``[rankN]:``,
+    as torchrun's ``--tee`` does (the rank's prints never reach the capture's stdout)."""
+
+    def __init__(self, rank: int):
+        self.prefix = f"[rank{rank}]:"
+        self.partial = ""
+
+    def write(self, text: str) -> int:
+        lines = (self.partial + text).split("\n")
+        self.partial = lines.pop()
+        err = sys.__stderr__
+        if lines and err is not None:
+            err.write("".join(f"{self.prefix}{ln}\n" for ln in lines))
+        return len(text)
+
+    def flush(self) -> None:
+        err = sys.__stderr__
+        if self.partial and err is not None:
+            err.write(f"{self.prefix}{self.partial}\n")
+            self.partial = ""
+        if err is not None:
+            err.flush()
+
+    def isatty(self) -> bool:
+        return False
 
 
 def run_rank(job: Job, rank: int, state: ModuleState | None) -> dict[str, Any]:
@@ -506,6 +546,8 @@ def run_rank(job: Job, rank: int, state: ModuleState | None) -> dict[str, Any]:
     if job.argv is not None:
         sys.argv[:] = list(job.argv)
     out: dict[str, Any] = {"status": OK, "getters": {}, "error": None}
+    saved_streams = sys.stdout, sys.stderr
+    sys.stdout = sys.stderr = RankOutput(rank)
     _ACTIVE = rec
     try:
         if job.auto_init:
@@ -535,6 +577,8 @@ def run_rank(job: Job, rank: int, state: ModuleState | None) -> dict[str, Any]:
             if dist.is_initialized():
                 dist.destroy_process_group()
         finally:
+            sys.stdout.flush()
+            sys.stdout, sys.stderr = saved_streams
             os.environ.clear()
             os.environ.update(saved_env)
             sys.argv[:] = saved_argv

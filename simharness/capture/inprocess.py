@@ -2,16 +2,16 @@
 
 :func:`capture` runs a function, :func:`capture_command` a script
 (``python my_init.py ARGS`` or ``python -m module ARGS``), once per rank under
-torch's ``fake`` backend, and returns a :class:`~simharness.replay.capture_record.Capture`:
+torch's ``fake`` backend, and returns a :class:`~simharness.capture.record.Capture`:
 every ``new_group`` call of every rank with its call site, and the getters asked for.
-:func:`simharness.replay.capture_checks.check_capture` turns it into findings.
+:func:`simharness.capture.checks.check_capture` turns it into findings.
 
 How it runs (fast enough for a 1024-rank Megatron world on two cores):
 
 * the parent imports torch and the script's imports once (its ``import``
   statements, found with ``ast``), then forks ``jobs`` workers (default: one per
   CPU core); worker ``i`` runs ranks ``i, i + jobs, ...`` in turn, each rank
-  starting from the state before the first (see :mod:`.capture_runtime`), or in
+  starting from the state before the first (see :mod:`.runtime`), or in
   its own forked process with ``isolate=True``;
 * a rank outside a group never creates it (torch gives non-members nothing);
 * workers stream each rank's result to the parent, so a crash, a hang or a kill
@@ -28,6 +28,7 @@ from __future__ import annotations
 import ast
 import contextlib
 import importlib
+import importlib.util
 import mmap
 import os
 import re
@@ -41,10 +42,11 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from .capture_record import (
+from .record import (
     FAILED,
     NOT_RUN,
     OK,
+    STOPPED,
     TIMEOUT,
     Capture,
     CaptureError,
@@ -86,11 +88,31 @@ def _imports_of(source: str, filename: str) -> list[str]:
     return names
 
 
-def preimport(names: Iterable[str]) -> list[str]:
+def _local(name: str, folders: tuple[str, ...]) -> bool:
+    """Whether the top-level package of ``name`` lives under one of ``folders`` (the
+    script's own code), found without importing it."""
+    if not folders:
+        return False
+    try:
+        spec = importlib.util.find_spec(name.partition(".")[0])
+    except (ImportError, ValueError):
+        return False
+    if spec is None:
+        return False
+    places = [spec.origin or "", *(spec.submodule_search_locations or ())]
+    return any(os.path.abspath(p).startswith(folders) for p in places if p)
+
+
+def preimport(names: Iterable[str], local: Sequence[str] = ()) -> list[str]:
     """Import ``names`` now (in the parent, once for every worker); failures are left
-    for the ranks to report. Returns the names imported."""
+    for the ranks to report. Modules under the ``local`` folders (the script's own) are not
+    imported here: each rank imports them after its environment is set, so a module that
+    reads ``RANK`` at import time sees its rank. Returns the names imported."""
     done = []
+    folders = tuple(os.path.join(os.path.abspath(f), "") for f in local)
     for name in dict.fromkeys(names):
+        if _local(name, folders):
+            continue
         try:
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore")
@@ -127,7 +149,8 @@ def program_from_command(command: Sequence[str]) -> Program:
             raise CaptureError(f"-m {module}: no such module on the Python path; check the "
                                f"name or run from the directory that holds it.")
         with open(spec.origin, encoding="utf-8") as fh:
-            preimport(_imports_of(fh.read(), spec.origin))
+            preimport(_imports_of(fh.read(), spec.origin),
+                      local=(os.getcwd(), os.path.dirname(spec.origin)))
         return Program(lambda: runpy.run_module(module, run_name="__main__", alter_sys=True),
                        (spec.origin, *rest), f"python -m {module}", spec.origin)
     script = args[0]
@@ -146,7 +169,7 @@ def program_from_command(command: Sequence[str]) -> Program:
     folder = os.path.dirname(path)
     if folder not in sys.path:
         sys.path.insert(0, folder)
-    preimport(_imports_of(source, script))
+    preimport(_imports_of(source, script), local=(folder,))
     return Program(lambda: runpy.run_path(path, run_name="__main__"), (script, *args[1:]),
                    f"python {' '.join([script, *args[1:]])}", path)
 
@@ -171,7 +194,7 @@ def _pack(result: dict[str, Any], seen: list[tuple]) -> dict[str, Any]:
     Sequences are compared, not hashed: the recorder interns the rank lists and stacks,
     so comparing a rank's calls with the previous rank's mostly compares identities.
     """
-    from .capture_runtime import finish_calls
+    from .runtime import finish_calls
 
     calls = tuple(result.pop("calls"))
     sid = next((i for i in range(len(seen) - 1, -1, -1) if seen[i] == calls), None)
@@ -188,12 +211,12 @@ def _run_isolated(job, rank: int) -> dict[str, Any]:
     """``run_rank`` in a forked child; returns its result (or a ``died`` failure)."""
     from multiprocessing import Pipe
 
-    from .capture_runtime import run_rank
+    from .runtime import run_rank
 
     recv, send = Pipe(duplex=False)
     pid = os.fork()
     if pid == 0:  # pragma: no cover - runs in the child
-        from .capture_runtime import finish_calls
+        from .runtime import finish_calls
 
         recv.close()
         try:
@@ -222,9 +245,13 @@ def _worker_main(job, ranks, conn, stop, dump_path, isolate, accelerate) -> None
     try:
         import faulthandler
 
+        signal.signal(signal.SIGINT, signal.SIG_IGN)   # the parent stops the workers
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+        os.dup2(2, 1)  # the script's output never reaches the capture's stdout (-f json)
+
         dump = open(dump_path, "w")  # noqa: SIM115 - lives as long as the process
         faulthandler.register(signal.SIGUSR1, file=dump, all_threads=True)
-        from .capture_runtime import ModuleState, accelerate_megatron, install_patches, run_rank
+        from .runtime import ModuleState, accelerate_megatron, install_patches, run_rank
 
         install_patches()
         if accelerate:
@@ -278,7 +305,7 @@ def parse_stack_dump(text: str) -> list[str]:
     ...     '  File "/x/hang.py", line 5 in wait_for_peer\\n  File "/x/hang.py", line 9 in main\\n')
     ['/x/hang.py:5 wait_for_peer', '/x/hang.py:9 main']
     """
-    from .capture_runtime import where_text
+    from .runtime import where_text
 
     sections = re.split(r"\n(?=(?:Current thread|Thread) 0x)", text.strip())
     main = next((s for s in sections if s.startswith("Current thread")),
@@ -425,6 +452,16 @@ class _Pool:
                                             f"finish within {self.timeout:g} s",
                                             "where": where})
 
+    def stop_all(self, why: str, isolate: bool) -> None:
+        """Kill every worker (and isolated rank); the running ranks become ``stopped``."""
+        for w in self.workers:
+            _kill(_child_of(w) if isolate else None)
+            if w.current is not None and w.current not in self.records:
+                self.records[w.current] = RankRecord(w.current, STOPPED, None, {}, {}, {
+                    "kind": "stopped", "message": f"stopped by {why} before it finished",
+                    "where": []})
+        self.close(kill=True)
+
     def close(self, *, kill: bool = False) -> None:
         self.stop[0] = 1
         for w in self.workers:
@@ -437,6 +474,22 @@ class _Pool:
         shutil.rmtree(self.tmp, ignore_errors=True)
 
 
+@contextlib.contextmanager
+def _signals_caught():
+    """SIGINT/SIGTERM append their number to the yielded list instead of ending the
+    process (main thread only; elsewhere nothing changes)."""
+    got: list[int] = []
+    previous = {}
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        with contextlib.suppress(ValueError):  # not the main thread: no handler
+            previous[sig] = signal.signal(sig, lambda signum, _frame: got.append(signum))
+    try:
+        yield got
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+
+
 def run_program(program: Program, world_size: int, *, ranks: Iterable[int] | None = None,
                 timeout: float = DEFAULT_TIMEOUT_S, getters: Sequence[str | GetterSpec] = (),
                 jobs: int | None = None, isolate: bool = False, accelerate: bool = True,
@@ -446,7 +499,7 @@ def run_program(program: Program, world_size: int, *, ranks: Iterable[int] | Non
     """Run ``program`` once per rank (see the module doc); returns the (maybe partial) capture."""
     import torch.distributed  # noqa: F401 - imported once here, shared by every worker
 
-    from .capture_runtime import Job
+    from .runtime import Job
 
     if world_size < 1:
         raise CaptureError(f"world size {world_size}: capture needs at least one rank.")
@@ -460,20 +513,25 @@ def run_program(program: Program, world_size: int, *, ranks: Iterable[int] | Non
               gpus_per_node)
     n_jobs = max(1, min(jobs or os.cpu_count() or 1, len(rank_list)))
     t0 = last_report = time.monotonic()
-    pool = _Pool(job, rank_list, n_jobs, isolate=isolate, accelerate=accelerate,
-                 timeout=timeout)
-    try:
-        while pool.live:
-            pool.receive()
-            pool.check_timeouts()
-            now = time.monotonic()
-            if progress is not None and now - last_report >= PROGRESS_EVERY_S:
-                last_report = now
-                progress(len(pool.records), len(rank_list), now - t0)
-    except BaseException:
-        pool.close(kill=True)
-        raise
-    pool.close()
+    with _signals_caught() as got:
+        pool = _Pool(job, rank_list, n_jobs, isolate=isolate, accelerate=accelerate,
+                     timeout=timeout)
+        try:
+            while pool.live:
+                if got:  # SIGINT/SIGTERM: stop every worker, keep what the ranks reported
+                    pool.stop_all(signal.Signals(got[0]).name, isolate)
+                    break
+                pool.receive()
+                pool.check_timeouts()
+                now = time.monotonic()
+                if progress is not None and now - last_report >= PROGRESS_EVERY_S:
+                    last_report = now
+                    progress(len(pool.records), len(rank_list), now - t0)
+        except BaseException:
+            pool.close(kill=True)
+            raise
+    if not got:
+        pool.close()
     records = pool.records
     for r in rank_list:
         records.setdefault(r, RankRecord(r, NOT_RUN))
@@ -481,18 +539,21 @@ def run_program(program: Program, world_size: int, *, ranks: Iterable[int] | Non
     if progress is not None and elapsed >= PROGRESS_EVERY_S:
         progress(sum(1 for r in records.values() if r.status != NOT_RUN), len(rank_list),
                  elapsed)
-    meta = {"command": program.label, "world_size": world_size, "workers": n_jobs,
+    meta = {"command": program.label, "mode": "fast", "world_size": world_size,
+            "workers": n_jobs,
             "elapsed_s": round(elapsed, 3), "isolate": isolate, "accelerate": accelerate,
             "skip_non_members": skip_non_members, "timeout_s": timeout, "versions": _versions()}
-    if pool.crashes:
+    if pool.crashes and not got:
         meta["worker_errors"] = pool.crashes
+    if got:
+        meta["signal"] = signal.Signals(got[0]).name
     return Capture(world_size, rank_list, tuple(pool.sequences), records, meta)
 
 
 def _versions() -> dict[str, str | None]:
     import torch
 
-    from .megatron_engine import installed_version
+    from ..replay.megatron_engine import installed_version
 
     return {"torch": torch.__version__, "megatron-core": installed_version()}
 
@@ -512,13 +573,13 @@ def capture(fn: Callable[[], Any], world_size: int, *, ranks: Iterable[int] | st
             init_process_group: bool = True,
             progress: Callable[[int, int, float], None] | None = None) -> Capture:
     """Run ``fn()`` once per rank of a ``world_size`` world under torch's fake backend and
-    record every ``new_group`` call (see :mod:`simharness.replay.capture`).
+    record every ``new_group`` call (see :mod:`simharness.capture.inprocess`).
 
     ``init_process_group=True`` starts the fake world before ``fn`` (a call of
     ``init_process_group`` inside ``fn`` is then recorded and ignored). ``ranks``:
     an iterable or a spec such as ``"0-7,12"`` (default all). The capture is
     returned even when ranks failed (``capture.failed``); check it with
-    :func:`simharness.replay.capture_checks.check_capture`.
+    :func:`simharness.capture.checks.check_capture`.
 
     >>> import torch.distributed as dist
     >>> cap = capture(lambda: dist.new_group([0, 1], group_desc="PAIR"), 2, jobs=1)
@@ -554,7 +615,10 @@ def failure_message(cap: Capture, out_path: str | None = None) -> str | None:
     ok = f"; {done} of {len(cap.ranks)} ranks completed"
     n_before = err.get("calls_before")
     calls = f" after {n_before} new_group call(s)" if n_before else ""
-    if kind == "timeout":
+    if kind == "timeout" and str(err.get("message", "")).startswith(f"rank {rec.rank} "):
+        msg = (f"{err['message']}: it was in {where[0] if where else 'an unknown place'}{via}; "
+               f"raise --timeout/--grace if it is only slow")
+    elif kind == "timeout":
         msg = (f"rank {rec.rank} did not finish within {cap.meta.get('timeout_s', '?')} s: it "
                f"was in {where[0] if where else 'an unknown place'}{via}; raise --timeout if it "
                f"is only slow")
@@ -562,10 +626,130 @@ def failure_message(cap: Capture, out_path: str | None = None) -> str | None:
         msg = (f"rank {rec.rank}: {err.get('message')}{at}{calls}; call "
                f"torch.distributed.init_process_group first (any backend: capture replaces it "
                f"with the fake one)")
-    elif kind == "gpu-only":
+    elif kind == "gpu-only" and cap.meta.get("mode") == "fast":
         msg = (f"rank {rec.rank} calls a GPU/NCCL-only API{at}{via}{calls}: {err.get('message')}"
-               f"; capture runs on CPU under the fake backend: guard the call with "
+               f"; --fast runs on CPU under the fake backend: drop --fast (the default mode "
+               f"answers the CUDA device calls), or guard the call with "
                f"torch.cuda.is_available()")
+    elif kind == "gpu-only":
+        msg = (f"rank {rec.rank} makes a call that needs a real GPU{at}{via}{calls}: "
+               f"{err.get('message')}; capture answers the CUDA device calls, NCCL and CUDA "
+               f"tensors on CPU, not this: move it after the group creation, or behind a flag")
+    elif kind == "import":
+        msg = (f"rank {rec.rank} cannot import what the script needs{at}{via}: "
+               f"{err.get('message')}; a plain run of the script fails the same way: install "
+               f"it, or capture where it is installed")
     else:
         msg = f"rank {rec.rank} failed{at}{via}{calls}: {err.get('message')}"
     return msg + others + ok + saved
+
+
+# ------------------------------------------------------------- the cross-check
+CROSSCHECK_TIMEOUT_S = 120.0
+
+
+def crosscheck_ranks(world_size: int) -> tuple[int, ...]:
+    """Rank 0, a middle one and the last.
+
+    >>> crosscheck_ranks(1024), crosscheck_ranks(2)
+    ((0, 512, 1023), (0, 1))
+    """
+    return tuple(sorted({0, world_size // 2, world_size - 1}))
+
+
+def crosscheck(cap: Capture, target_argv: Sequence[str], *,
+               ranks: Sequence[int] | None = None, gpus_per_node: int = 8,
+               timeout: float = CROSSCHECK_TIMEOUT_S) -> Capture:
+    """Run ``ranks`` again, each alone in a fresh interpreter (its own hash seed, its
+    environment set before the script's imports) under the fake backend, and compare their
+    ``new_group`` calls with ``cap``'s (a ``--fast`` capture). The result goes into
+    ``meta["crosscheck"]``: per rank, ``same`` or the first call that differs (see
+    :func:`simharness.capture.checks.check_crosscheck`)."""
+    ranks = tuple(crosscheck_ranks(cap.world_size) if ranks is None else ranks)
+    tmp = tempfile.mkdtemp(prefix="simharness-capture-check-")
+    procs: list[Any] = []
+    with _signals_caught() as got:
+        sep, logs = _run_alone(cap, ranks, target_argv, tmp, procs, got, gpus_per_node, timeout)
+    if got:
+        return Capture(cap.world_size, cap.ranks, cap.sequences, cap.records,
+                       {**cap.meta, "signal": signal.Signals(got[0]).name})
+    return _compare_alone(cap, ranks, sep, logs)
+
+
+def _run_alone(cap: Capture, ranks: tuple[int, ...], target_argv: Sequence[str], tmp: str,
+               procs: list[Any], got: list[int], gpus_per_node: int,
+               timeout: float) -> tuple[Capture | None, dict[int, str]]:
+    """Start the cross-check ranks, wait for them (or a signal), collect their records; no
+    process and no file is left behind."""
+    import subprocess
+
+    from .merge import merge_records
+    from .runtime import rank_environment
+
+    sep: Capture | None = None
+    logs: dict[int, str] = {}
+    try:
+        base = {k: v for k, v in os.environ.items() if k != "PYTHONHASHSEED"}
+        for r in ranks:
+            env = {**base, **rank_environment(r, cap.world_size, gpus_per_node)}
+            with open(os.path.join(tmp, f"rank{r}.log"), "wb") as log:
+                procs.append(subprocess.Popen(
+                    [sys.executable, "-m", "simharness.capture.rank", "--fake", "--out-dir",
+                     tmp, "--", *target_argv], env=env, stdin=subprocess.DEVNULL,
+                    stdout=log, stderr=subprocess.STDOUT))
+        deadline = time.monotonic() + timeout
+        while (not got and time.monotonic() < deadline
+               and any(p.poll() is None for p in procs)):
+            time.sleep(0.1)
+        if not got:
+            for p in procs:
+                if p.poll() is None:
+                    p.kill()
+                    p.wait()
+            try:
+                sep = merge_records(tmp)
+            except CaptureError:
+                sep = None
+            logs = {r: _last_line(os.path.join(tmp, f"rank{r}.log")) for r in ranks}
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+                p.wait()
+        shutil.rmtree(tmp, ignore_errors=True)
+    return sep, logs
+
+
+def _compare_alone(cap: Capture, ranks: tuple[int, ...], sep: Capture | None,
+                   logs: dict[int, str]) -> Capture:
+    """``meta["crosscheck"]``: each rank's fast calls against its calls alone."""
+    results = []
+    for r in ranks:
+        rec = None if sep is None else sep.records.get(r)
+        if sep is None or rec is None or rec.status != OK:
+            err = dict((rec.error if rec is not None else None) or {})
+            results.append({"rank": r, "same": None, "message": err.get("message")
+                            or f"the separate interpreter wrote no record ({logs[r]})"})
+            continue
+        fast = [c.key for c in cap.calls(r)]
+        alone = [c.key for c in sep.calls(r)]
+        if fast == alone:
+            results.append({"rank": r, "same": True})
+            continue
+        i = next((k for k, (a, b) in enumerate(zip(fast, alone, strict=False)) if a != b),
+                 min(len(fast), len(alone)))
+        def label(calls, k):
+            return calls[k].label() + f" at {calls[k].site}" if k < len(calls) else "no call"
+        results.append({"rank": r, "same": False, "index": i,
+                        "fast": label(cap.calls(r), i), "separate": label(sep.calls(r), i)})
+    meta = {**cap.meta, "crosscheck": results}
+    return Capture(cap.world_size, cap.ranks, cap.sequences, cap.records, meta)
+
+
+def _last_line(path: str) -> str:
+    try:
+        with open(path, encoding="utf-8", errors="replace") as fh:
+            lines = [ln.strip() for ln in fh if ln.strip()]
+    except OSError:
+        return "no output"
+    return lines[-1][:300] if lines else "no output"

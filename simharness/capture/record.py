@@ -25,14 +25,16 @@ import ast
 import json
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
+from functools import lru_cache
 from typing import Any, NamedTuple
 
 from ..errors import SimharnessError
 
 CAPTURE_SCHEMA = "simharness.capture/1"
 
-# Status of one rank's run.
-OK, FAILED, TIMEOUT, NOT_RUN = "ok", "failed", "timeout", "not-run"
+# Status of one rank's run. STOPPED: stopped from outside (another rank failed, or the
+# capture was interrupted) before it finished; its calls are partial but it did not fail.
+OK, FAILED, TIMEOUT, NOT_RUN, STOPPED = "ok", "failed", "timeout", "not-run", "stopped"
 
 
 class CaptureError(SimharnessError):
@@ -46,7 +48,13 @@ class GroupCall(NamedTuple):
     ``backend`` as passed (``None``: the default backend), ``local_sync`` the
     ``use_local_synchronization`` flag, ``pg_options`` the options' type name,
     ``group_name`` the name torch gives the group, ``stack`` up to three frames
-    outside torch (``"file:line function"``, innermost first).
+    outside torch (``"file:line function"``, innermost first), ``ordered``
+    whether the code passed ``sort_ranks=False``. The group torch builds
+    (:attr:`group`, what :attr:`key` and :meth:`members` use) has the ranks
+    sorted unless ``ordered``: ``[1, 0]`` and ``[0, 1]`` are one communicator.
+
+    >>> GroupCall((3, 1), None, None, False, None, None, ()).key[0]
+    (1, 3)
     """
 
     ranks: tuple[int, ...] | None
@@ -56,11 +64,17 @@ class GroupCall(NamedTuple):
     pg_options: str | None
     group_name: str | None
     stack: tuple[str, ...]
+    ordered: bool = False
+
+    @property
+    def group(self) -> tuple[int, ...] | None:
+        """The group's ranks as torch builds it (sorted unless ``ordered``)."""
+        return self.ranks if self.ordered or self.ranks is None else _sorted(self.ranks)
 
     @property
     def key(self) -> tuple:
-        """What torch pairs across ranks: the ranks, desc, backend and synchronisation."""
-        return (self.ranks, self.desc, self.backend, self.local_sync)
+        """What torch pairs across ranks: the group, desc, backend and synchronisation."""
+        return (self.group, self.desc, self.backend, self.local_sync)
 
     @property
     def collective(self) -> bool:
@@ -72,7 +86,9 @@ class GroupCall(NamedTuple):
         return self.stack[0] if self.stack else "?"
 
     def members(self, world_size: int) -> tuple[int, ...]:
-        return tuple(range(world_size)) if self.ranks is None else self.ranks
+        """The group's ranks in torch's order (:attr:`group`; every rank for ``None``)."""
+        group = self.group
+        return tuple(range(world_size)) if group is None else group
 
     def label(self) -> str:
         """``DESC [ranks]`` for messages (long rank lists shortened)."""
@@ -83,14 +99,20 @@ class GroupCall(NamedTuple):
         return {"ranks": None if self.ranks is None else list(self.ranks), "desc": self.desc,
                 "backend": self.backend, "use_local_synchronization": self.local_sync,
                 "pg_options": self.pg_options, "group_name": self.group_name,
-                "stack": list(self.stack)}
+                "stack": list(self.stack), "sort_ranks": not self.ordered}
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> GroupCall:
         ranks = d.get("ranks")
         return cls(None if ranks is None else tuple(int(r) for r in ranks), d.get("desc"),
                    d.get("backend"), bool(d.get("use_local_synchronization", False)),
-                   d.get("pg_options"), d.get("group_name"), tuple(d.get("stack") or ()))
+                   d.get("pg_options"), d.get("group_name"), tuple(d.get("stack") or ()),
+                   d.get("sort_ranks", True) is False)
+
+
+@lru_cache(maxsize=65536)
+def _sorted(ranks: tuple[int, ...]) -> tuple[int, ...]:
+    return tuple(sorted(ranks))
 
 
 def _short(ranks: Iterable[int], limit: int = 8) -> str:

@@ -20,6 +20,8 @@ By code:
                           (partition, composition, ``ag-mismatch``... against the config)
 ``ag-dropped``            the configuration asks for ``create_all_gather_group`` under
                           megatron-core 0.18+ but the code created no all-gather group
+``capture-fast-differs``  a ``--fast`` capture's calls differ from the same rank run alone in
+                          its own interpreter (hash order, environment read at import time)
 ``capture-summary``       ranks, calls and communicators per rank (info)
 """
 
@@ -33,7 +35,8 @@ import numpy as np
 from ..checks import check
 from ..findings import Finding
 from ..layout import PARTIAL_KINDS, Layout
-from .capture_record import TIMEOUT, Capture, GroupCall, reference_sequence
+from ..ranktext import format_rank_set
+from .record import TIMEOUT, Capture, GroupCall, reference_sequence
 
 MAX_RANKS = 256
 MAX_REPORTED = 8   # divergent sequences reported one by one
@@ -53,8 +56,6 @@ def _ranks(values: Iterable[int]) -> tuple[int, ...]:
 
 
 def _set_text(ranks: Sequence[int]) -> str:
-    from .._cli.output import format_rank_set  # pure helper (numpy only)
-
     return format_rank_set(list(ranks), limit=6)
 
 
@@ -64,8 +65,48 @@ def _at(call: GroupCall) -> str:
 
 
 def kind_of(call: GroupCall) -> str:
-    """A group's kind: its ``group_desc``, else the call site."""
+    """A call's kind for messages: its ``group_desc``, else the call site."""
     return call.desc if call.desc else f"(no group_desc) at {call.site}"
+
+
+def kinds_of(calls: Sequence[GroupCall], world_size: int) -> list[str]:
+    """The kind of each call of a sequence: its ``group_desc``; without one, its call site
+    (the recorded frames) and, when calls from that site form several runs, which run
+    (``call N``: the run's first call). A run of desc-less calls from one site ends at a call
+    from another site or at a call that shares a rank with the run so far (one helper
+    building the TP groups, then the DP groups: two kinds).
+
+    >>> tp = [GroupCall((a, a + 1), None, None, False, None, None, ("x.py:3 make",))
+    ...       for a in (0, 2)]
+    >>> dp = [GroupCall((a, a + 2), None, None, False, None, None, ("x.py:3 make",))
+    ...       for a in (0, 1)]
+    >>> [k.split(" make")[1] for k in kinds_of(tp + dp, 4)]
+    [', call 0', ', call 0', ', call 2', ', call 2']
+    """
+    runs: list[tuple[tuple[str, ...], int]] = []   # per call: (stack, first call of its run)
+    prev: tuple[str, ...] | None = None
+    start, seen = 0, set[int]()
+    for i, c in enumerate(calls):
+        if c.desc:
+            runs.append(((), i))
+            continue
+        members = set(c.members(world_size))
+        if c.stack != prev or seen & members:
+            prev, start, seen = c.stack, i, set()
+        seen |= members
+        runs.append((c.stack, start))
+    starts: dict[tuple[str, ...], set[int]] = {}
+    for c, (stack, first) in zip(calls, runs, strict=True):
+        if not c.desc:
+            starts.setdefault(stack, set()).add(first)
+    out = []
+    for c, (stack, first) in zip(calls, runs, strict=True):
+        if c.desc:
+            out.append(c.desc)
+            continue
+        label = f"(no group_desc) at {_at(c)}"
+        out.append(label if len(starts[stack]) == 1 else f"{label}, call {first}")
+    return out
 
 
 def _partial_descs() -> frozenset[str]:
@@ -170,20 +211,18 @@ def check_local_members(cap: Capture) -> list[Finding]:
     return out
 
 
-def _by_kind(calls: Sequence[GroupCall]) -> dict[str, list[GroupCall]]:
+def _by_kind(calls: Sequence[GroupCall], world_size: int) -> dict[str, list[GroupCall]]:
     out: dict[str, list[GroupCall]] = {}
-    for c in calls:
-        out.setdefault(kind_of(c), []).append(c)
+    for c, kind in zip(calls, kinds_of(calls, world_size), strict=True):
+        out.setdefault(kind, []).append(c)
     return out
 
 
 def check_partition(cap: Capture) -> list[Finding]:
     W = cap.world_size
     partial = _partial_descs()
-    captured = np.zeros(W, dtype=bool)
-    captured[cap.ok_ranks] = True
     out = []
-    for kind, calls in _by_kind(cap.groups()).items():
+    for kind, calls in _by_kind(cap.groups(), cap.world_size).items():
         uniq: dict[tuple[int, ...], GroupCall] = {}
         dups = []
         for c in calls:
@@ -208,10 +247,9 @@ def check_partition(cap: Capture) -> list[Finding]:
                                f"in {list(two[0])} and {list(two[1])}; code that keeps 'the' "
                                f"group of this kind per rank keeps only one of them",
                                _ranks(over), (kind,)))
-        if kind in partial:
-            continue
-        local = all(c.local_sync for c in calls)
-        gaps = np.flatnonzero((counts == 0) & (captured if local else True))
+        if kind in partial or all(c.local_sync for c in calls):
+            continue  # members-only creation (local synchronisation) may cover part of the world
+        gaps = np.flatnonzero(counts == 0)
         if gaps.size:
             strict = _megatron_style(kind)
             out.append(Finding("capture-partition", "error" if strict else "warning",
@@ -231,7 +269,7 @@ def _rank_groups(calls: Sequence[GroupCall], W: int) -> dict[int, GroupCall]:
 
 def check_twins(cap: Capture, twins: Sequence[tuple[str, str]] = DEFAULT_TWINS) -> list[Finding]:
     """Twin kinds: on every rank, A's group holds the same ranks in the same order as B's."""
-    kinds = _by_kind(cap.groups())
+    kinds = _by_kind(cap.groups(), cap.world_size)
     W = cap.world_size
     out = []
     for a, b in twins:
@@ -298,7 +336,7 @@ def captured_layout(cap: Capture, layout: Layout) -> tuple[Layout | None, list[F
     out: list[Finding] = []
     loops = []
     W = cap.world_size
-    for desc, calls in _by_kind(cap.groups()).items():
+    for desc, calls in _by_kind(cap.groups(), cap.world_size).items():
         kind = kind_for.get(desc)
         if kind is None:
             out.append(Finding("capture-vs-config", "warning",
@@ -324,7 +362,7 @@ def captured_layout(cap: Capture, layout: Layout) -> tuple[Layout | None, list[F
 
 def check_against_layout(cap: Capture, layout: Layout) -> list[Finding]:
     """The capture against ``build_layout(config)``: call by call, then the layout checks."""
-    from .megatron_engine import LoggedGroup, compare_log
+    from ..replay.megatron_engine import LoggedGroup, compare_log
 
     if layout.world_size != cap.world_size:
         return [Finding("capture-vs-config", "error",
@@ -336,8 +374,8 @@ def check_against_layout(cap: Capture, layout: Layout) -> list[Finding]:
     ref_id = reference_sequence(by_seq)
     r0 = by_seq[ref_id][0]
     seq = [c for c in cap.sequences[ref_id] if c.collective]
-    log = [LoggedGroup(i, list(c.members(cap.world_size)), c.backend, c.backend or "nccl",
-                       c.desc, None) for i, c in enumerate(seq)]
+    log = [LoggedGroup(i, list(range(cap.world_size) if c.ranks is None else c.ranks),
+                       c.backend, c.backend or "nccl", c.desc, None) for i, c in enumerate(seq)]
     mismatches, aligned = compare_log(layout, log, r0)
     out: list[Finding] = []
     if aligned:
@@ -383,12 +421,34 @@ def check_against_layout(cap: Capture, layout: Layout) -> list[Finding]:
     return out
 
 
+def check_crosscheck(cap: Capture) -> list[Finding]:
+    """A ``--fast`` capture against the same ranks run alone in fresh interpreters."""
+    out = []
+    for item in cap.meta.get("crosscheck") or ():
+        r = item.get("rank")
+        if item.get("same") is False:
+            out.append(Finding(
+                "capture-fast-differs", "error",
+                f"rank {r} makes different new_group calls in --fast mode than alone in its "
+                f"own interpreter: call {item.get('index')} is {item.get('fast')} in --fast "
+                f"but {item.get('separate')} alone; the code depends on something per process "
+                f"(string hash order, the environment read at import time): capture without "
+                f"--fast to see every rank as torchrun runs it", (r,)))
+        elif item.get("same") is None:
+            out.append(Finding(
+                "capture-fast-differs", "warning",
+                f"rank {r} could not be cross-checked in its own interpreter: "
+                f"{item.get('message')}", (r,)))
+    return out
+
+
 def check_capture(cap: Capture, layout: Layout | None = None, *,
                   twins: Sequence[tuple[str, str]] = ()) -> list[Finding]:
     """Every capture check (and, with ``layout``, the comparison with the configuration);
     findings sorted errors first."""
     findings = (check_failed(cap) + check_sequences(cap) + check_local_members(cap)
-                + check_partition(cap) + check_twins(cap, tuple(DEFAULT_TWINS) + tuple(twins)))
+                + check_partition(cap) + check_twins(cap, tuple(DEFAULT_TWINS) + tuple(twins))
+                + check_crosscheck(cap))
     if layout is not None:
         findings += check_against_layout(cap, layout)
     findings += check_summary(cap)

@@ -1,0 +1,27 @@
+"""Rank 1 cannot import a module (triton missing on that node); rank 3 hangs."""
+
+import os
+import time
+
+import torch.distributed as dist
+
+rank = int(os.environ["RANK"])
+if rank == 1 and os.environ.get("BROKEN") == "import":
+    import simharness_no_such_triton  # noqa: F401
+
+
+def wait_for_peer():
+    while True:
+        time.sleep(0.05)
+
+
+dist.init_process_group("nccl")
+dist.new_group([0, 1], group_desc="PAIR")
+if rank == dist.get_world_size() - 1 and os.environ.get("BROKEN") == "hang":
+    print(f"rank {rank} waits", flush=True)
+    wait_for_peer()
+if os.environ.get("BROKEN") == "cuda":
+    import torch
+
+    x = torch.ones(4, device="cuda")  # data on "cuda": the shim puts it on CPU
+    stream = torch.cuda.Stream()  # needs a real GPU

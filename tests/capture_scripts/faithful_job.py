@@ -1,0 +1,40 @@
+"""What a real torchrun job sees and a one-interpreter capture did not (issue 14).
+
+Every rank: a GPU-style init (NCCL, set_device, device_id=), the rank read at import
+time by a module, real object collectives building node groups, groups created while
+iterating a set of strings (hash order differs per process), new_subgroups, split_group
+and a "cuda" DeviceMesh.
+"""
+
+import os
+
+import rank_at_import
+import torch
+import torch.distributed as dist
+from torch.distributed.device_mesh import init_device_mesh
+
+local = int(os.environ["LOCAL_RANK"])
+torch.cuda.set_device(local)
+dist.init_process_group("cuda:nccl,cpu:gloo", device_id=torch.device("cuda", local))
+rank, world = dist.get_rank(), dist.get_world_size()
+assert rank == rank_at_import.RANK_AT_IMPORT, (rank_at_import.RANK_AT_IMPORT, rank)
+assert torch.cuda.device_count() == int(os.environ["LOCAL_WORLD_SIZE"])
+torch.cuda.synchronize()
+
+hosts = [None] * world
+dist.all_gather_object(hosts, f"node{rank // 2}")
+for node in sorted(set(hosts)):
+    dist.new_group([r for r, h in enumerate(hosts) if h == node], group_desc="NODE")
+total = torch.tensor([rank + 1.0])
+dist.all_reduce(total)
+box = [{"from": rank}] if rank == 0 else [None]
+dist.broadcast_object_list(box, src=0)
+SUMMARY = {"rank_at_import": rank_at_import.RANK_AT_IMPORT, "sum": total.item(),
+           "hosts": hosts, "box": box[0]}
+
+dist.new_subgroups(2, group_desc="SUBGROUP")
+dist.split_group(split_ranks=[[0, 1], [2, 3]], group_desc="SPLIT")
+init_device_mesh("cuda", (2, 2), mesh_dim_names=("dp", "tp"))
+
+for name in {"alpha", "beta", "gamma", "delta", "epsilon", "zeta", "eta", "theta"}:
+    dist.new_group([0, 1], group_desc=name)
