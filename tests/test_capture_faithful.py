@@ -93,7 +93,7 @@ def _broken(tmp_path, how, *extra, world="2"):
 
 def test_import_failure_on_one_rank_is_that_ranks_failure(tmp_path):
     res, out = _broken(tmp_path, "import")
-    assert res.returncode == 2, res.stderr
+    assert res.returncode == 3, res.stderr
     (line,) = error_lines(res.stderr)
     at = f"broken_job.py:{line_of('broken_job.py', 'no_such_triton')} <module>"
     assert line.startswith("error: rank 1 cannot import what the script needs at ") \
@@ -107,7 +107,7 @@ def test_import_failure_on_one_rank_is_that_ranks_failure(tmp_path):
 def test_stuck_rank_is_named_with_its_stack_within_the_grace(tmp_path):
     # --timeout 300 is never reached: the rank is named by the grace (its message says so).
     res, out = _broken(tmp_path, "hang", "--grace", "1", "--timeout", "300")
-    assert res.returncode == 2, res.stderr
+    assert res.returncode == 3, res.stderr
     (line,) = error_lines(res.stderr)
     assert "rank 1 was still running 1 s after every other rank had finished: it was in " \
         in line, line
@@ -117,7 +117,7 @@ def test_stuck_rank_is_named_with_its_stack_within_the_grace(tmp_path):
 
 def test_a_call_that_needs_a_gpu_stops_with_one_line_naming_the_script_line(tmp_path):
     res, _ = _broken(tmp_path, "cuda")
-    assert res.returncode == 2, res.stderr
+    assert res.returncode == 3, res.stderr
     (line,) = error_lines(res.stderr)
     assert "needs a real GPU" in line, line
     assert f"broken_job.py:{line_of('broken_job.py', 'Stream()')}" in line, line

@@ -10,6 +10,7 @@ import click
 
 from . import output as out
 from .common import (
+    EXIT_RUNTIME,
     config_fields_from_options,
     config_flags_given,
     config_options,
@@ -258,8 +259,9 @@ def register(main):
                      f"partial capture is in {out_path}", err=True)
             ctx.exit(128 + int(getattr(signals.Signals, sig)))
         problem = failure_message(cap, out_path) or _getter_failures(cap)
-        if problem:
-            fail(problem)
+        if problem:  # the ranks ran and one failed: a runtime failure, not bad input
+            out.echo(f"error: {problem}", err=True)
+            ctx.exit(EXIT_RUNTIME)
         findings = check_capture(cap, layout, twins=twins)
         code = out.findings_exit_code(findings, strict)
         if fmt == "json":
