@@ -58,7 +58,6 @@ from .record import (
 
 DEFAULT_TIMEOUT_S = 120.0
 PROGRESS_EVERY_S = 2.0
-_PYTHON = re.compile(r"^python[0-9.]*$")
 
 
 # ------------------------------------------------------------------ inputs
@@ -124,54 +123,40 @@ def preimport(names: Iterable[str], local: Sequence[str] = ()) -> list[str]:
 
 
 def program_from_command(command: Sequence[str]) -> Program:
-    """``python SCRIPT.py ARGS`` / ``python -m MODULE ARGS`` (``python`` optional)."""
+    """``python SCRIPT.py ARGS`` / ``python -m MODULE ARGS`` (``python`` optional).
+
+    The command is checked by :func:`simharness.capture.command.parse_command` (the same
+    check the CLI runs before any rank starts); this adds the preimports and the runner.
+    """
     import runpy
 
     import torch.distributed  # noqa: F401 - before the script's folder joins sys.path
 
+    from .command import parse_command
+
     args = list(command)
-    if args and (_PYTHON.match(os.path.basename(args[0])) or args[0] == sys.executable):
-        args = args[1:]
-    if not args:
-        raise CaptureError("no command to capture: add `-- python my_init.py ARGS` (or "
-                           "`-- python -m module ARGS`) after the capture's own flags.")
-    if args[0] == "-m":
-        if len(args) < 2:
-            raise CaptureError("`python -m` needs a module name: `-- python -m pkg.init ARGS`.")
-        module, rest = args[1], args[2:]
-        if "" not in sys.path and os.getcwd() not in sys.path:
-            sys.path.insert(0, os.getcwd())
-        try:
-            spec = importlib.util.find_spec(module)
-        except (ImportError, ValueError):
-            spec = None
-        if spec is None or spec.origin is None:
-            raise CaptureError(f"-m {module}: no such module on the Python path; check the "
-                               f"name or run from the directory that holds it.")
+    if "-m" in args[:2] and "" not in sys.path and os.getcwd() not in sys.path:
+        sys.path.insert(0, os.getcwd())  # `python -m` finds modules under the current folder
+    target = parse_command(args)
+    if target.module is not None:
+        module = target.module
+        spec = importlib.util.find_spec(module)
+        assert spec is not None and spec.origin is not None  # parse_command found it
         with open(spec.origin, encoding="utf-8") as fh:
             preimport(_imports_of(fh.read(), spec.origin),
                       local=(os.getcwd(), os.path.dirname(spec.origin)))
         return Program(lambda: runpy.run_module(module, run_name="__main__", alter_sys=True),
-                       (spec.origin, *rest), f"python -m {module}", spec.origin)
-    script = args[0]
-    if not script.endswith(".py") and not os.path.isfile(script):
-        raise CaptureError(f"capture runs a Python script in every rank itself: give "
-                           f"`-- python SCRIPT.py ARGS` or `-- python -m MODULE ARGS`, not "
-                           f"`{' '.join(args[:3])}` (drop torchrun/srun: capture plays every "
-                           f"rank).")
-    try:
-        with open(script, encoding="utf-8") as fh:
-            source = fh.read()
-    except OSError as exc:
-        raise CaptureError(f"{script}: cannot read the script ({exc.strerror or exc}); "
-                           f"check the path.") from None
+                       (spec.origin, *target.args), f"python -m {module}", spec.origin)
+    script = target.path or ""
+    with open(script, encoding="utf-8") as fh:
+        source = fh.read()
     path = os.path.abspath(script)
     folder = os.path.dirname(path)
     if folder not in sys.path:
         sys.path.insert(0, folder)
     preimport(_imports_of(source, script), local=(folder,))
-    return Program(lambda: runpy.run_path(path, run_name="__main__"), (script, *args[1:]),
-                   f"python {' '.join([script, *args[1:]])}", path)
+    return Program(lambda: runpy.run_path(path, run_name="__main__"), (script, *target.args),
+                   f"python {' '.join([script, *target.args])}", path)
 
 
 # ----------------------------------------------------------------- workers
