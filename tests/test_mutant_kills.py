@@ -26,3 +26,47 @@ def test_checks_compare_ag_translates_the_rank_offset():
     assert lay.groups("dp_cp_ag").tolist() == lay.groups("dp_cp").tolist()
     assert _findings(lay, "ag-mismatch") == []
     assert [f.code for f in check(lay) if f.severity == "error"] == []
+
+
+def test_nccl_model_choose_honours_a_forced_protocol():
+    """topology/nccl_model.choose: ``e.proto == want_p`` (NCCL_PROTO limits the pick).
+    Forcing each protocol on one H100 node returns that protocol, for a small and a
+    large message, and the pick is the fastest of what is left."""
+    from simharness.topology.nccl_model import PROTOS, GroupShape, choose
+
+    node = GroupShape(n_ranks=8, n_nodes=1, arch="hopper", intra_gb_per_s=370.8,
+                      ring_gb_per_s=370.8, nvls=True)
+    for size in (4096, 1 << 30):
+        free = choose(node, "all_gather", size)
+        for proto in PROTOS:
+            forced = choose(node, "all_gather", size, proto=proto)
+            assert forced.proto == proto
+            assert forced.time_us >= free.time_us
+        assert choose(node, "all_gather", size, proto=free.proto) == free
+
+
+def test_grid_coords_rejects_the_first_rank_past_the_world():
+    """grid.Grid.coords: ``0 <= r < world_size``. The rank one past the last (offset +
+    world) is outside the layout, like the one before the offset."""
+    import pytest
+
+    from simharness import LayoutError
+    from simharness.grid import Grid
+
+    g = Grid.from_sizes("tp-cp-ep-dp-pp", offset=8, tp=2, cp=1, ep=1, dp=2, pp=2)
+    assert g.coords(8 + 7) == {"tp": 1, "cp": 0, "ep": 0, "dp": 1, "pp": 1}
+    for outside in (8 + 8, 7):
+        with pytest.raises(LayoutError, match=f"rank {outside} is outside this layout"):
+            g.coords(outside)
+
+
+def test_getters_raise_when_missing_unless_check_initialized_is_false():
+    """getters.Getter.raises_when_missing: Megatron's getters assert when the group is not
+    built, except those called with ``check_initialized=False`` (they return None):
+    the embedding, position-embedding and inter-instance getters of every profile."""
+    from simharness.getters import megatron_getters
+
+    for mcore in ("0.16", "0.18", "0.19"):
+        table = megatron_getters(mcore)
+        lenient = {k for k, g in table.items() if not g.raises_when_missing}
+        assert lenient == {"embd", "pos_embd", "inter_ep_dp"}, (mcore, lenient)

@@ -54,7 +54,8 @@ def scratch(tmp: Path) -> Path:
     shutil.copytree(ROOT / "simharness", tmp / "simharness", ignore=ignore)
     shutil.copytree(ROOT / "topologies", tmp / "simharness" / "topologies", ignore=ignore)
     shutil.copytree(ROOT / "tests", tmp / "tests", ignore=ignore)
-    shutil.copy2(ROOT / "pyproject.toml", tmp / "pyproject.toml")
+    for name in ("pyproject.toml", "cli.py"):
+        shutil.copy2(ROOT / name, tmp / name)
     if (ROOT / ".cache").exists():
         (tmp / ".cache").symlink_to(ROOT / ".cache")
     return tmp
