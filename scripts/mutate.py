@@ -108,7 +108,7 @@ def run(names: list[str], jobs: int) -> int:
 
 def results(name: str, mod: dict) -> dict[str, str]:
     """mutmut's verdict per mutant name, read from its .meta file."""
-    from mutmut.__main__ import status_by_exit_code  # noqa: PLC0415 - only with mutmut
+    from mutmut.stats import status_by_exit_code  # only with the mutate extra
 
     meta = WORK / name / "mutants" / (mod["path"] + ".meta")
     if not meta.exists():
@@ -119,13 +119,24 @@ def results(name: str, mod: dict) -> dict[str, str]:
             if any(fnmatch.fnmatch(k, p) for p in pats)}
 
 
-def diff(name: str, mutant: str) -> str:
-    """The unified diff of one mutant (mutmut's own rendering, run in the scratch copy)."""
-    code = ("import sys; from mutmut.__main__ import find_mutant, get_diff_for_mutant; "
-            "n = sys.argv[1]; print(get_diff_for_mutant(n, path=find_mutant(n).path))")
-    out = subprocess.run([sys.executable, "-c", code, mutant], cwd=WORK / name,
+def diffs(name: str, mutants: list[str]) -> dict[str, str]:
+    """The unified diff of each mutant (mutmut's own rendering, run in the scratch copy)."""
+    if not mutants:
+        return {}
+    code = ("import json, sys; from mutmut.__main__ import get_diff_for_mutant; "
+            "p = sys.argv[1]; print(json.dumps({n: get_diff_for_mutant(n, path=p) "
+            "for n in sys.argv[2:]}))")
+    path = load_modules()[name]["path"]
+    out = subprocess.run([sys.executable, "-c", code, path, *mutants], cwd=WORK / name,
                          capture_output=True, text=True)
-    return out.stdout if out.returncode == 0 else out.stderr
+    if out.returncode != 0:
+        raise SystemExit(f"error: mutmut could not show the mutants of {name}: "
+                         f"{out.stderr.strip().splitlines()[-1:]}")
+    return json.loads(out.stdout)
+
+
+def diff(name: str, mutant: str) -> str:
+    return diffs(name, [mutant])[mutant]
 
 
 def changed_line(d: str) -> str:
@@ -156,14 +167,17 @@ def score(names: list[str]) -> int:
             below += 1
             continue
         eq = equivalent_keys(name)
+        untested = [k for k, s in res.items() if s == "not checked"]
         killed = sum(1 for s in res.values() if s in DETECTED)
-        alive = [k for k, s in res.items() if s not in DETECTED]
-        n_eq = sum(1 for k in alive if (function_of(k), changed_line(diff(name, k))) in eq) \
-            if eq and alive else 0
-        total = len(res) - n_eq
+        alive = [k for k, s in res.items() if s not in DETECTED and s != "not checked"]
+        shown = diffs(name, alive) if eq else {}
+        n_eq = sum(1 for k in alive if (function_of(k), changed_line(shown.get(k, ""))) in eq)
+        total = len(res) - len(untested) - n_eq
         pct = 100.0 * killed / total if total else 100.0
         flag = "" if pct >= mod["target"] else "  BELOW TARGET"
-        below += bool(flag)
+        if untested:
+            flag += f"  ({len(untested)} not run yet)"
+        below += pct < mod["target"] or bool(untested)
         print(f"{name:16} {len(res):7} {killed:7} {n_eq:6} {len(alive) - n_eq:8} "
               f"{pct:6.1f}% {mod['target']:5}%{flag}")
     return 1 if below else 0
@@ -172,13 +186,11 @@ def score(names: list[str]) -> int:
 def survivors(name: str) -> None:
     mod = load_modules()[name]
     eq = equivalent_keys(name)
-    for k, s in sorted(results(name, mod).items()):
-        if s in DETECTED:
-            continue
-        d = diff(name, k)
-        if (function_of(k), changed_line(d)) in eq:
-            continue
-        print(f"# {k}: {s}\n{d}")
+    alive = sorted(k for k, s in results(name, mod).items()
+                   if s not in DETECTED and s != "not checked")
+    for k, d in diffs(name, alive).items():
+        if (function_of(k), changed_line(d)) not in eq:
+            print(f"# {k}: {results(name, mod)[k]}\n{d}")
 
 
 def main(argv: list[str] | None = None) -> int:

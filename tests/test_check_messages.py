@@ -26,7 +26,7 @@ from pathlib import Path
 import pytest
 
 from simharness import Layout, ParallelismConfig, build_layout, check
-from simharness.checks import expected_sizes
+from simharness.checks import config_differences, expected_sizes, has_errors
 
 GOLDEN = Path(__file__).resolve().parent / "golden" / "check_findings.json"
 UPDATE = os.environ.get("SIMHARNESS_UPDATE_GOLDEN") == "1"
@@ -107,6 +107,34 @@ def _big_world_rows() -> Layout:
     return _edit(lay, _set("tp", swapped))
 
 
+def _add_row(kind: str, row: list[int]) -> Callable[[dict], None]:
+    def fn(d):
+        d["kinds"][kind]["groups"].append(list(row))
+        d["kinds"][kind]["n_groups"] = len(d["kinds"][kind]["groups"])
+    return fn
+
+
+def _shift_kind(kind: str, by: int) -> Callable[[dict], None]:
+    def fn(d):
+        d["kinds"][kind]["groups"] = [[r + by for r in g] for g in d["kinds"][kind]["groups"]]
+    return fn
+
+
+def _first_rank_last(d):
+    """dp_cp and its AG twin both list their last group starting with the last rank."""
+    for kind in ("dp_cp", "dp_cp_gloo", "dp_cp_ag"):
+        d["kinds"][kind]["groups"][-1] = d["kinds"][kind]["groups"][-1][::-1]
+
+
+def _many_ag_rows() -> Layout:
+    """65 AG groups of 2: the first 64 reordered (same ranks), the 65th different ranks."""
+    lay = build_layout(ParallelismConfig(world_size=130, tensor_model_parallel_size=65,
+                                         create_all_gather_group=True), "0.16")
+    rows = lay.groups("dp_cp_ag").tolist()
+    rows = [r[::-1] for r in rows[:64]] + [[rows[64][0], rows[0][0]]]
+    return _edit(lay, _set("dp_cp_ag", rows))
+
+
 def _halve_dp_loop(d):
     for lp in d["creation_order"]["loops"]:
         if any("dp" in s["kinds"] for s in lp["steps"]):
@@ -179,6 +207,31 @@ SCENARIOS: dict[str, Callable[[], Layout]] = {
                                         _rows("dp_cp_ag", {0: [0, 2, 4, 7], 1: [1, 3, 5, 6]})),
     "ag-gloo-backend": lambda: _edit(_lay(create_all_gather_group=True),
                                      _field("dp_cp_ag", "backend", "gloo")),
+    # the job's edges: a rank one past the world, groups wholly above or below it
+    "partition-rank-one-past": lambda: _edit(_lay(), _rows("tp", {0: [0, 16]})),
+    "ag-rank-one-past": lambda: _edit(_lay(create_all_gather_group=True),
+                                      _rows("dp_cp_ag", {0: [0, 2, 4, 16]})),
+    "ag-above-the-job": lambda: _edit(_lay(create_all_gather_group=True),
+                                      _shift_kind("dp_cp_ag", 16)),
+    "ag-extra-row-outside": lambda: _edit(_lay(create_all_gather_group=True),
+                                          _add_row("dp_cp_ag", [16, 17, 18, 19])),
+    "ag-expert-only-outside-018": lambda: _edit(_lay("0.18", create_all_gather_group=True),
+                                                _rows("ep_dp_ag", {0: [0, 16]})),
+    "ag-window-far-below-018": lambda: build_layout(ParallelismConfig.from_megatron(
+        world_size=48, mcore="0.18", tensor_model_parallel_size=2,
+        pipeline_model_parallel_size=2, context_parallel_size=2, rank_offset=32,
+        local_world_size=16).replace(create_all_gather_group=True), "0.18", torch_world=48),
+    "ag-last-rank-first": lambda: _edit(_lay(create_all_gather_group=True), _first_rank_last),
+    "ag-shape-2-groups-of-8": lambda: _edit(
+        build_layout(ParallelismConfig(world_size=16, tensor_model_parallel_size=2,
+                                       context_parallel_size=2, create_all_gather_group=True),
+                     "0.16"), _set("dp_cp_ag", [[r] for r in range(16)])),
+    "ag-65-rows": _many_ag_rows,
+    "partition-over-256-ranks": lambda: _edit(
+        build_layout(ParallelismConfig(world_size=1024, tensor_model_parallel_size=2), "0.16"),
+        _set("tp", [[0, 1]] * 512)),
+    "clean-016-hybrid": lambda: build_layout(ParallelismConfig(
+        world_size=12, context_parallel_size=2, hybrid_context_parallel=True), "0.16"),
 }
 
 
@@ -187,8 +240,17 @@ def _finding(f) -> dict:
     return {k: (list(v) if isinstance(v, tuple) else v) for k, v in d.items()}
 
 
+def _differences(lay: Layout) -> list[dict]:
+    return json.loads(json.dumps(config_differences(lay)))
+
+
 def _observed() -> dict[str, list[dict]]:
-    return {name: [_finding(f) for f in check(build())] for name, build in SCENARIOS.items()}
+    out = {}
+    for name, build in SCENARIOS.items():
+        lay = build()
+        out[name] = [_finding(f) for f in check(lay)]
+        out[f"{name}/config_differences"] = _differences(lay)
+    return out
 
 
 @pytest.fixture(scope="module")
@@ -200,12 +262,14 @@ def golden() -> dict:
 
 
 def test_golden_covers_every_scenario(golden):
-    assert sorted(golden) == sorted(SCENARIOS)
+    assert sorted(golden) == sorted([*SCENARIOS, *(f"{n}/config_differences" for n in SCENARIOS)])
 
 
 @pytest.mark.parametrize("name", list(SCENARIOS))
 def test_findings_are_the_golden_ones(name, golden):
-    got = [_finding(f) for f in check(SCENARIOS[name]())]
+    lay = SCENARIOS[name]()
+    assert _differences(lay) == golden[f"{name}/config_differences"], name
+    got = [_finding(f) for f in check(lay)]
     want = golden[name]
     assert [(f["code"], f["severity"]) for f in got] == [(f["code"], f["severity"]) for f in want]
     for g, w in zip(got, want, strict=True):
@@ -216,10 +280,13 @@ RICH = {
     "016-ep-instances": ("0.16", dict(create_all_gather_group=True,
                                       num_distributed_optimizer_instances=2)),
     "018-ag-ep": ("0.18", dict(create_all_gather_group=True)),
-    "019-gtp": ("0.19", dict(gtp_remat_size=2, expert_gtp_remat_size=2)),
+    "019-gtp": ("0.19", dict(world_size=32, gtp_remat_size=2, expert_gtp_remat_size=2)),
     "016-hcp": ("0.16", dict(world_size=8, tensor_model_parallel_size=1,
                              pipeline_model_parallel_size=1, expert_model_parallel_size=1,
                              context_parallel_size=4, hierarchical_context_parallel_sizes=[2, 2])),
+    "016-hybrid": ("0.16", dict(world_size=12, tensor_model_parallel_size=1,
+                                pipeline_model_parallel_size=1, expert_model_parallel_size=1,
+                                context_parallel_size=2, hybrid_context_parallel=True)),
 }
 
 
@@ -231,7 +298,7 @@ def test_every_kind_of_the_wrong_size_is_named(which):
     assert not [f for f in check(lay) if f.code == "group-size"]
     for kind in lay.kinds:
         a = lay.groups(kind)
-        assert sizes[kind] == a.shape[1], kind
+        assert sizes[kind] == a.shape[1] and type(sizes[kind]) is int, (kind, sizes[kind])
         wrong = [[int(r)] for r in a.ravel()] if a.shape[1] > 1 else \
             [a.ravel()[i:i + 2].tolist() for i in range(0, a.size - 1, 2)]
         if a.shape[1] == 1 and a.size < 2:
@@ -240,3 +307,10 @@ def test_every_kind_of_the_wrong_size_is_named(which):
         assert [f.groups for f in found] == [(kind,)], (kind, found)
         assert f"needs {sizes[kind]} " in found[0].message, found[0].message
         assert found[0].severity == "error" and found[0].ranks == tuple(wrong[0])
+
+
+def test_has_errors_is_true_exactly_with_an_error_finding():
+    lay = _lay()
+    broken = check(_edit(lay, _rows("tp", {0: [0, 2]})))
+    assert has_errors(broken) and not has_errors(check(lay))
+    assert not has_errors([f for f in broken if f.severity != "error"])
