@@ -9,6 +9,7 @@ mutmut narrows those further, per function, to the tests that call the function.
     scripts/mutate.py score [MODULE ...]      # killed / (mutants - equivalents), per module
     scripts/mutate.py survivors MODULE        # each survivor's diff, not yet triaged
     scripts/mutate.py show MUTANT             # one mutant's diff
+    scripts/mutate.py retest MODULE           # run the untriaged survivors again (new tests)
 
 ``make mutate`` runs ``run`` then ``score`` with one worker under ``nice``
 (MUTATE_JOBS=N for more workers, MUTATE_MODULES="checks rules" for a subset).
@@ -106,6 +107,27 @@ def run(names: list[str], jobs: int) -> int:
     return status
 
 
+def retest(names: list[str], jobs: int) -> int:
+    """Run each module's untriaged survivors again (mutmut reruns mutants it is named)."""
+    modules = load_modules()
+    status = 0
+    for name in names:
+        mod = modules[name]
+        eq = equivalent_keys(name)
+        alive = [k for k, s in results(name, mod).items()
+                 if s not in DETECTED and s != "not checked"]
+        shown = diffs(name, alive) if eq else {}
+        again = [k for k in alive if (function_of(k), changed_line(shown.get(k, ""))) not in eq]
+        if not again:
+            continue
+        work = prepare(name, mod)
+        mutmut = Path(sys.executable).with_name("mutmut")
+        print(f"== {name}: {len(again)} survivors again", flush=True)
+        status = status or subprocess.call([str(mutmut), "run", "--max-children", str(jobs),
+                                            *again], cwd=work)
+    return status
+
+
 def results(name: str, mod: dict) -> dict[str, str]:
     """mutmut's verdict per mutant name, read from its .meta file."""
     from mutmut.stats import status_by_exit_code  # only with the mutate extra
@@ -195,7 +217,7 @@ def survivors(name: str) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("command", choices=["run", "score", "survivors", "show"])
+    p.add_argument("command", choices=["run", "score", "survivors", "show", "retest"])
     p.add_argument("names", nargs="*")
     p.add_argument("--jobs", type=int, default=int(os.environ.get("MUTATE_JOBS", "1")))
     a = p.parse_args(argv)
@@ -213,6 +235,8 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     if a.command == "run":
         return run(names, a.jobs)
+    if a.command == "retest":
+        return retest(names, a.jobs)
     if a.command == "score":
         return score(names)
     for n in names:

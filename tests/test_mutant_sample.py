@@ -49,11 +49,13 @@ def apply(text: str, record: dict) -> str:
 
 
 def scratch(tmp: Path) -> Path:
-    """A copy of the package, the tests and pytest's settings, under ``tmp``."""
+    """A copy of the package, the tests (and the example scripts they run) and pytest's
+    settings, under ``tmp``."""
     ignore = shutil.ignore_patterns("__pycache__", "*.pyc")
     shutil.copytree(ROOT / "simharness", tmp / "simharness", ignore=ignore)
     shutil.copytree(ROOT / "topologies", tmp / "simharness" / "topologies", ignore=ignore)
-    shutil.copytree(ROOT / "tests", tmp / "tests", ignore=ignore)
+    for name in ("tests", "examples"):
+        shutil.copytree(ROOT / name, tmp / name, ignore=ignore)
     for name in ("pyproject.toml", "cli.py"):
         shutil.copy2(ROOT / name, tmp / name)
     if (ROOT / ".cache").exists():
