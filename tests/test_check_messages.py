@@ -135,6 +135,27 @@ def _many_ag_rows() -> Layout:
     return _edit(lay, _set("dp_cp_ag", rows))
 
 
+def _offset_lay(**kw) -> Layout:
+    """tp2 pp2 cp2 ep2 (0.16) in ranks 8..23 of a torch world of 32."""
+    cfg = ParallelismConfig.from_megatron(
+        world_size=32, mcore="0.16", tensor_model_parallel_size=2,
+        pipeline_model_parallel_size=2, context_parallel_size=2,
+        expert_model_parallel_size=2, rank_offset=8, local_world_size=16, **kw)
+    return build_layout(cfg, "0.16", torch_world=32)
+
+
+def _shifted(rows: dict[int, list[int]], by: int) -> dict[int, list[int]]:
+    return {i: [r + by for r in g] for i, g in rows.items()}
+
+
+def _swap_rows(n: int) -> Callable[[dict], None]:
+    def fn(d):
+        groups = d["kinds"]["tp"]["groups"]
+        for g in groups[:n]:
+            g.reverse()
+    return fn
+
+
 def _halve_dp_loop(d):
     for lp in d["creation_order"]["loops"]:
         if any("dp" in s["kinds"] for s in lp["steps"]):
@@ -229,7 +250,28 @@ SCENARIOS: dict[str, Callable[[], Layout]] = {
     "ag-65-rows": _many_ag_rows,
     "partition-over-256-ranks": lambda: _edit(
         build_layout(ParallelismConfig(world_size=1024, tensor_model_parallel_size=2), "0.16"),
-        _set("tp", [[0, 1]] * 512)),
+        _set("tp", [[0, 1], [2, 3], [4, 5], [6, 7]] * 128)),
+    "partition-rank-one-past-twice": lambda: _edit(_lay(), _rows("tp", {0: [0, 16],
+                                                                          1: [2, 16]})),
+    "partition-two-missing-same-dp": lambda: _edit(_lay(), _rows("tp", {0: [16, 1],
+                                                                          2: [17, 5]})),
+    "drop-dp-cp-is-tp": lambda: _edit(_lay(), _both(_drop("dp"), _rows("cp", {0: [0, 1],
+                                                                               1: [2, 3]}))),
+    "dp-outside-cp-split": lambda: _edit(_lay(), _both(_rows("dp", {0: [0, 99]}),
+                                                       _rows("cp", {0: [0, 3], 1: [1, 2]}))),
+    "drop-mp-split-tp": lambda: _edit(_lay(), _both(_drop("mp"), _rows("tp", {0: [0, 3],
+                                                                              1: [2, 1]}))),
+    "orthogonality-dp1-is-pp1": lambda: _edit(_lay(), _rows("dp", {1: [1, 9], 5: [5, 13]})),
+    "cp-above-the-job": lambda: _edit(_lay(), _shift_kind("cp", 16)),
+    "offset-dp-is-tp": lambda: _edit(_offset_lay(), _set("dp", [[8 + 2 * i, 9 + 2 * i]
+                                                                for i in range(8)])),
+    "offset-partition-dup": lambda: _edit(_offset_lay(), _rows("tp", _shifted({1: [0, 1]}, 8))),
+    "matches-config-16-rows": lambda: _edit(build_layout(ParallelismConfig(
+        world_size=64, tensor_model_parallel_size=2), "0.16"), _swap_rows(16)),
+    "ag-off-extra-kind-and-tp-row": lambda: _edit(_lay(create_all_gather_group=True),
+                                                  _both(_option_off, _rows("tp", {7: [15, 14]}))),
+    "group-size-cp-and-tp-row": lambda: _edit(_lay(), _both(
+        _set("cp", [[r] for r in range(16)]), _rows("tp", {7: [15, 14]}))),
     "clean-016-hybrid": lambda: build_layout(ParallelismConfig(
         world_size=12, context_parallel_size=2, hybrid_context_parallel=True), "0.16"),
 }
