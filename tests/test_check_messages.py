@@ -272,6 +272,12 @@ SCENARIOS: dict[str, Callable[[], Layout]] = {
                                                   _both(_option_off, _rows("tp", {7: [15, 14]}))),
     "group-size-cp-and-tp-row": lambda: _edit(_lay(), _both(
         _set("cp", [[r] for r in range(16)]), _rows("tp", {7: [15, 14]}))),
+    "embd-missing-pos-embd-wrong": lambda: _edit(_lay(), _both(
+        _drop("embd"), _rows("pos_embd", {0: [8], 1: [1]}))),
+    "embd-shape-pos-embd-wrong": lambda: _edit(_lay(), _both(
+        _set("embd", [[r] for r in range(8)]), _rows("pos_embd", {0: [8]}))),
+    "matches-config-rows-desc-and-more": lambda: _edit(_big_world_rows(),
+                                                       _field("tp", "desc", "TP_GROUP")),
     "clean-016-hybrid": lambda: build_layout(ParallelismConfig(
         world_size=12, context_parallel_size=2, hybrid_context_parallel=True), "0.16"),
 }
