@@ -278,6 +278,9 @@ SCENARIOS: dict[str, Callable[[], Layout]] = {
         _set("embd", [[r] for r in range(8)]), _rows("pos_embd", {0: [8]}))),
     "matches-config-rows-desc-and-more": lambda: _edit(_big_world_rows(),
                                                        _field("tp", "desc", "TP_GROUP")),
+    "ag-off-65-groups": lambda: _edit(build_layout(ParallelismConfig(
+        world_size=130, tensor_model_parallel_size=65, create_all_gather_group=True), "0.16"),
+        _option_off),
     "clean-016-hybrid": lambda: build_layout(ParallelismConfig(
         world_size=12, context_parallel_size=2, hybrid_context_parallel=True), "0.16"),
 }
