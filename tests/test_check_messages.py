@@ -281,6 +281,11 @@ SCENARIOS: dict[str, Callable[[], Layout]] = {
     "ag-off-65-groups": lambda: _edit(build_layout(ParallelismConfig(
         world_size=130, tensor_model_parallel_size=65, create_all_gather_group=True), "0.16"),
         _option_off),
+    "suspicious-order-two-repeats": lambda: build_layout(ParallelismConfig(
+        world_size=8, tensor_model_parallel_size=2, order="tp-cp-ep-dp-pp-cp-ep"), "0.16"),
+    "warning-before-error": lambda: _edit(_lay(create_all_gather_group=True,
+                                               num_distributed_optimizer_instances=2),
+                                          _halve_dp_loop),
     "clean-016-hybrid": lambda: build_layout(ParallelismConfig(
         world_size=12, context_parallel_size=2, hybrid_context_parallel=True), "0.16"),
 }
