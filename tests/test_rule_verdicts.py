@@ -54,6 +54,17 @@ EXTRA = [
     (16, dict(tensor_model_parallel_size=2, local_world_size=8, order="tp-dp-cp-ep-dp-pp")),
     (8, dict(use_sharp=True, sharp_enabled_group="dp_replica",
              num_distributed_optimizer_instances=2)),
+    # repeated tokens with the 0.18+ all-gather option: the groups it reads on job ranks
+    (12, dict(context_parallel_size=2, order="tp-cp-ep-cp-pp-dp", local_world_size=4,
+              create_all_gather_group=True)),
+    (16, dict(context_parallel_size=2, expert_model_parallel_size=2,
+              order="tp-cp-ep-cp-pp-dp", local_world_size=4, create_all_gather_group=True)),
+    (16, dict(tensor_model_parallel_size=2, expert_model_parallel_size=2,
+              order="tp-cp-ep-dp-pp-ep", local_world_size=8, create_all_gather_group=True)),
+    (7, dict(pipeline_model_parallel_size=2, order="pp-cp-ep-pp-tp-dp", local_world_size=4,
+             create_all_gather_group=True)),
+    (24, dict(tensor_model_parallel_size=2, gtp_remat_size=2, expert_gtp_remat_size=2,
+              order="tp-cp-ep-dp-pp-cp", local_world_size=8, create_all_gather_group=True)),
 ]
 
 
