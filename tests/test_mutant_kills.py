@@ -70,3 +70,18 @@ def test_getters_raise_when_missing_unless_check_initialized_is_false():
         table = megatron_getters(mcore)
         lenient = {k for k, g in table.items() if not g.raises_when_missing}
         assert lenient == {"embd", "pos_embd", "inter_ep_dp"}, (mcore, lenient)
+
+
+def test_rules_formulas_show_gtp_only_when_it_is_used():
+    """rules.model_formula / expert_formula: the worked values name the GTP factor only
+    when its size is > 1 (``explain`` prints them)."""
+    from simharness.rules import expert_formula, model_formula
+
+    plain = ParallelismConfig(world_size=16, tensor_model_parallel_size=2,
+                              pipeline_model_parallel_size=2, expert_model_parallel_size=2)
+    assert model_formula(plain) == ("tp*pp*cp", "2*2*1")
+    assert expert_formula(plain) == ("etp*ep*pp", "2*2*2")
+    gtp = ParallelismConfig(world_size=16, tensor_model_parallel_size=2, gtp_remat_size=2,
+                            expert_gtp_remat_size=4)
+    assert model_formula(gtp) == ("tp*pp*cp*gtp", "2*1*1*2")
+    assert expert_formula(gtp) == ("etp*ep*pp*egtp", "2*1*1*4")
