@@ -10,6 +10,8 @@ mutmut narrows those further, per function, to the tests that call the function.
     scripts/mutate.py survivors MODULE        # each survivor's diff, not yet triaged
     scripts/mutate.py show MUTANT             # one mutant's diff
     scripts/mutate.py retest MODULE           # run the untriaged survivors again (new tests)
+    scripts/mutate.py recheck MODULE          # each survivor applied by hand to a scratch copy,
+                                              # the module's whole test list run on it
 
 ``make mutate`` runs ``run`` then ``score`` with one worker under ``nice``
 (MUTATE_JOBS=N for more workers, MUTATE_MODULES="checks rules" for a subset).
@@ -128,6 +130,51 @@ def retest(names: list[str], jobs: int) -> int:
     return status
 
 
+def _apply_diff(text: str, d: str) -> str | None:
+    """``text`` with a mutant's one changed line swapped in (None when it is not found)."""
+    old = [ln[1:] for ln in d.splitlines() if ln.startswith("-") and not ln.startswith("---")]
+    new = [ln[1:] for ln in d.splitlines() if ln.startswith("+") and not ln.startswith("+++")]
+    if len(old) != 1 or len(new) != 1 or text.count(old[0] + "\n") != 1:
+        return None
+    return text.replace(old[0] + "\n", new[0] + "\n", 1)
+
+
+def recheck(names: list[str]) -> int:
+    """Each untriaged survivor applied by hand to a scratch copy (``.mutate/<m>-recheck``)
+    and the module's whole test list run on it: a cross-check of mutmut's per-function
+    test selection. Prints ``killed``/``survived``/``skipped`` (diff not one line) each."""
+    modules = load_modules()
+    for name in names:
+        mod = modules[name]
+        eq = equivalent_keys(name)
+        alive = [k for k, s in results(name, mod).items()
+                 if s not in DETECTED and s != "not checked"]
+        shown = diffs(name, alive)
+        work = prepare(f"{name}-recheck", mod)
+        src = work / mod["path"]
+        original = src.read_text()
+        tests = [t for t in mod["tests"]]
+        counts = {"killed": 0, "survived": 0, "skipped": 0}
+        for k in alive:
+            if (function_of(k), changed_line(shown[k])) in eq:
+                continue
+            mutated = _apply_diff(original, shown[k])
+            if mutated is None:
+                verdict = "skipped"
+            else:
+                src.write_text(mutated)
+                rc = subprocess.call([sys.executable, "-m", "pytest", "-q", "-x", "-p",
+                                      "no:randomly", "-p", "no:cacheprovider", "-n", "0", "-o",
+                                      "addopts=", *tests], cwd=work,
+                                     stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+                verdict = "killed" if rc == 1 else "survived"
+            src.write_text(original)
+            counts[verdict] += 1
+            print(f"{verdict:8} {k}", flush=True)
+        print(f"{name}: {counts}")
+    return 0
+
+
 def results(name: str, mod: dict) -> dict[str, str]:
     """mutmut's verdict per mutant name, read from its .meta file."""
     from mutmut.stats import status_by_exit_code  # only with the mutate extra
@@ -217,7 +264,8 @@ def survivors(name: str) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("command", choices=["run", "score", "survivors", "show", "retest"])
+    p.add_argument("command", choices=["run", "score", "survivors", "show", "retest",
+                                       "recheck"])
     p.add_argument("names", nargs="*")
     p.add_argument("--jobs", type=int, default=int(os.environ.get("MUTATE_JOBS", "1")))
     a = p.parse_args(argv)
@@ -237,6 +285,8 @@ def main(argv: list[str] | None = None) -> int:
         return run(names, a.jobs)
     if a.command == "retest":
         return retest(names, a.jobs)
+    if a.command == "recheck":
+        return recheck(names)
     if a.command == "score":
         return score(names)
     for n in names:
