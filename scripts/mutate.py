@@ -139,7 +139,7 @@ def _apply_diff(text: str, d: str) -> str | None:
     return text.replace(old[0] + "\n", new[0] + "\n", 1)
 
 
-def recheck(names: list[str]) -> int:
+def recheck(names: list[str], only: str = "*", tests: list[str] | None = None) -> int:
     """Each untriaged survivor applied by hand to a scratch copy (``.mutate/<m>-recheck``)
     and the module's whole test list run on it: a cross-check of mutmut's per-function
     test selection. Prints ``killed``/``survived``/``skipped`` (diff not one line) each."""
@@ -153,10 +153,10 @@ def recheck(names: list[str]) -> int:
         work = prepare(f"{name}-recheck", mod)
         src = work / mod["path"]
         original = src.read_text()
-        tests = [t for t in mod["tests"]]
+        run_tests = tests or list(mod["tests"])
         counts = {"killed": 0, "survived": 0, "skipped": 0}
         for k in alive:
-            if (function_of(k), changed_line(shown[k])) in eq:
+            if (function_of(k), changed_line(shown[k])) in eq or not fnmatch.fnmatch(k, only):
                 continue
             mutated = _apply_diff(original, shown[k])
             if mutated is None:
@@ -165,7 +165,7 @@ def recheck(names: list[str]) -> int:
                 src.write_text(mutated)
                 rc = subprocess.call([sys.executable, "-m", "pytest", "-q", "-x", "-p",
                                       "no:randomly", "-p", "no:cacheprovider", "-n", "0", "-o",
-                                      "addopts=", *tests], cwd=work,
+                                      "addopts=", *run_tests], cwd=work,
                                      stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
                 verdict = "killed" if rc == 1 else "survived"
             src.write_text(original)
@@ -267,6 +267,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("command", choices=["run", "score", "survivors", "show", "retest",
                                        "recheck"])
     p.add_argument("names", nargs="*")
+    p.add_argument("--only", default="*", help="recheck: an fnmatch pattern of mutant names")
+    p.add_argument("--tests", nargs="*", help="recheck: these tests instead of the module's")
     p.add_argument("--jobs", type=int, default=int(os.environ.get("MUTATE_JOBS", "1")))
     a = p.parse_args(argv)
     modules = load_modules()
@@ -286,7 +288,7 @@ def main(argv: list[str] | None = None) -> int:
     if a.command == "retest":
         return retest(names, a.jobs)
     if a.command == "recheck":
-        return recheck(names)
+        return recheck(names, a.only, a.tests)
     if a.command == "score":
         return score(names)
     for n in names:
