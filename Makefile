@@ -9,7 +9,7 @@ TORCH_SPEC ?= torch==2.13.0
 TORCH_INDEX_URL ?=
 TORCH_INDEX := $(if $(TORCH_INDEX_URL),--index-url $(TORCH_INDEX_URL))
 
-.PHONY: demo test lint fetch-mcore setup setup-test bench clean
+.PHONY: demo test lint fetch-mcore setup setup-test bench clean mutate
 
 $(VENV)/.base: pyproject.toml
 	test -x $(PY) || python3 -m venv $(VENV)
@@ -45,8 +45,20 @@ lint: $(VENV)/.lint
 fetch-mcore: $(VENV)/.test
 	$(PY) tests/megatron_harness.py
 
+# Mutation testing (issue 18; not part of CI): mutmut over tests/mutants/modules.toml, one
+# module at a time, each in a scratch copy (.mutate/), then the score per module.
+# MUTATE_MODULES="checks rules" for a subset, MUTATE_JOBS=N workers (default 1).
+$(VENV)/.mutate: $(VENV)/.test
+	$(PY) -m pip install -q -e '.[mutate]'
+	touch $@
+
+MUTATE_MODULES ?=
+mutate: $(VENV)/.mutate
+	nice -n 15 $(PY) scripts/mutate.py run $(MUTATE_MODULES)
+	$(PY) scripts/mutate.py score $(MUTATE_MODULES)
+
 bench: $(VENV)/.test
 	$(PY) bench/bench_layout.py
 
 clean:
-	rm -rf $(VENV) .pytest_cache build *.egg-info
+	rm -rf $(VENV) .pytest_cache build *.egg-info .mutate
