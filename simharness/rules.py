@@ -664,11 +664,19 @@ def evaluate_all(cfg: ParallelismConfig, mcore: str,
     """Every rule with its verdict (None: does not apply; ``holds=None``-like rules that
     cannot be evaluated after an earlier failure yield a verdict of their own error)."""
     f = _facts(cfg, mcore, world)
+    failed = False
     for rule in RULES:
         try:
-            yield rule, rule.evaluate(f)
+            verdict = rule.evaluate(f)
         except SimharnessError as exc:  # inputs an earlier failing rule left undefined
-            yield rule, Verdict(False, f"cannot be evaluated: {exc}", str(exc))
+            verdict = Verdict(False, f"cannot be evaluated: {exc}", str(exc))
+        except ArithmeticError as exc:  # e.g. a size of 0 that an earlier rule refused
+            if not failed:
+                raise
+            verdict = Verdict(False, f"cannot be evaluated after the failure above "
+                                     f"({type(exc).__name__}: {exc})", str(exc))
+        failed = failed or (verdict is not None and not verdict.holds)
+        yield rule, verdict
 
 
 def first_failure(cfg: ParallelismConfig, mcore: str,

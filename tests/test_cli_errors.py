@@ -164,3 +164,15 @@ def test_verify_export_errors(files, tmp_path):
 def test_explain_error_is_one_line_after_the_table():
     fails(["explain", "-n", "16", "--tp", "two"], "'two'")
     fails(["explain", "-n", "12", "--tp", "8"], "world_size (12)")
+
+
+def test_explain_lists_rules_after_a_failure_that_leaves_a_later_rule_dividing_by_zero():
+    # A repeated order token with a world too small for etp*ep: a later rule's group
+    # arithmetic divides by zero. explain lists it as not evaluable, never a crash (exit 3).
+    args = ["explain", "-n", "2", "--tp", "2", "--ep", "2", "--order", "cp-dp-ep-tp-pp-tp",
+            "--mcore", "0.16"]
+    result = CliRunner().invoke(main, args)
+    assert result.exit_code == 2, (result.exit_code, result.output)
+    assert "internal error" not in result.stderr and "Traceback" not in result.output
+    assert "cannot be evaluated after the failure above (ZeroDivisionError" in result.stdout
+    assert result.stderr.startswith("error: world_size (2) is not divisible")
