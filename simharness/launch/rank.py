@@ -138,4 +138,12 @@ def _report_ignored() -> None:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    status = main()
+    if status == NEEDS_GPU_EXIT:
+        # The rank abandons a job whose gloo groups are still alive: their threads, joined
+        # by C++ destructors at interpreter exit, can abort the process ("terminate called
+        # without an active exception", SIGABRT) and hide the 77. Leave without teardown.
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(status)
+    sys.exit(status)
