@@ -1,0 +1,91 @@
+"""The groups ``rules._phase_tokens`` says Megatron creates, judged by the real megatron-core
+(issue 18: the survivors of ``rules._phase_tokens``).
+
+``_phase_tokens(f, phase)`` lists ``(expert, token, first list only)`` of the
+``new_group`` calls Megatron makes in each stretch of ``initialize_model_parallel``; the
+``_ranks_verdict`` and ``repeated-token-groups`` rules read Megatron's groups through it.
+Here the five stretches, joined (a token split over a stretch boundary, its first group
+then the rest, counts once), must be Megatron's own ``new_group`` calls, group kind by
+group kind in creation order (torch's ``fake`` backend, 0.16.1, 0.18.2 and 0.19.2; the
+kinds ``_phase_tokens`` does not model, embedding and optimizer-instance groups, left
+out; gloo twins merged; a kind whose lists repeat an earlier kind's counted once): the same
+kinds, in the same order, with the same rank lists.
+"""
+
+from __future__ import annotations
+
+import warnings
+from pathlib import Path
+
+import megatron_harness as H  # tests/ is on sys.path under pytest
+import pytest
+
+from simharness import ParallelismConfig
+from simharness.profiles import get_profile
+from simharness.rules import Facts, _megatron_grid, _megatron_lists, _phase_tokens
+
+pytestmark = pytest.mark.parity
+
+ROOT = Path(__file__).resolve().parents[1]
+WORLD = 16
+# kinds simharness's phases do not model (no rank of theirs can be past the torch world
+# unless one of the modelled kinds' is)
+UNMODELLED = ("EMBEDDING_GROUP", "POSITION_EMBEDDING_GROUP",
+              "INTRA_DISTRIBUTED_OPTIMIZER_INSTANCE_GROUP")
+MOE = dict(tensor_model_parallel_size=2, context_parallel_size=2,
+           pipeline_model_parallel_size=2, expert_model_parallel_size=2,
+           expert_tensor_parallel_size=1)
+CASES = [
+    ("0.16", "0.16.1", "moe", MOE),
+    ("0.18", "0.18.2", "moe", MOE),
+    ("0.19", "0.19.2", "moe", MOE),
+    ("0.19", "0.19.2", "moe-gtp2", dict(MOE, gtp_remat_size=2)),
+    ("0.19", "0.19.2", "moe-egtp2", dict(MOE, expert_gtp_remat_size=2)),
+]
+
+
+def _ours(f: Facts) -> list[set[tuple[int, ...]]]:
+    grids = {e: _megatron_grid(f, e) for e in (False, True)}
+    out: list[tuple[tuple[bool, str], set[tuple[int, ...]]]] = []
+    for phase in range(1, 6):
+        for expert, token, first in _phase_tokens(f, phase):
+            lists = _megatron_lists(grids[expert], token, WORLD)
+            rows = {tuple(r) for r in (lists[:1] if first else lists).tolist()}
+            if out and out[-1][0] == (expert, token):  # split over a stretch boundary
+                out[-1][1].update(rows)
+            else:
+                out.append(((expert, token), rows))
+    return _distinct([rows for _, rows in out])
+
+
+def _megatron(calls) -> list[set[tuple[int, ...]]]:
+    kinds: dict[str, set[tuple[int, ...]]] = {}  # first appearance order (gloo twins merge)
+    for desc, ranks, _ in calls:
+        if desc not in UNMODELLED:
+            kinds.setdefault(desc.removesuffix("_GLOO"), set()).add(tuple(ranks))
+    return _distinct(list(kinds.values()))
+
+
+def _distinct(kinds: list[set[tuple[int, ...]]]) -> list[set[tuple[int, ...]]]:
+    """Each set of rank lists once, at its first place (0.19 also builds its GTP kinds
+    when their size is 1, the same lists as the plain ones; a repeat adds no overflow)."""
+    out: list[set[tuple[int, ...]]] = []
+    for k in kinds:
+        if k not in out:
+            out.append(k)
+    return out
+
+
+@pytest.mark.parametrize("mcore,release,name,kwargs", CASES,
+                         ids=[f"{c[0]}-{c[2]}" for c in CASES])
+def test_phase_tokens_are_megatrons_groups(mcore, release, name, kwargs):
+    ps = H.parity_module(ROOT, release)
+    cfg = ParallelismConfig.from_megatron(world_size=WORLD, mcore=mcore, **kwargs)
+    f = Facts(cfg, get_profile(mcore), WORLD)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)
+        run = H.run_rank(ps, WORLD, 0, kwargs, mcore=mcore, record=True, getters=False)
+    theirs, ours = _megatron(run.calls), _ours(f)
+    assert len(ours) == len(theirs), (len(ours), len(theirs))
+    for i, (a, b) in enumerate(zip(ours, theirs)):
+        assert a == b, (i, sorted(a), sorted(b))
