@@ -85,3 +85,36 @@ def test_rules_formulas_show_gtp_only_when_it_is_used():
                             expert_gtp_remat_size=4)
     assert model_formula(gtp) == ("tp*pp*cp*gtp", "2*1*1*2")
     assert expert_formula(gtp) == ("etp*ep*pp*egtp", "2*1*1*4")
+
+
+def test_rules_order_verdict_names_every_unknown_token():
+    """rules._order_verdict: every unknown order token is named, comma-separated
+    (Megatron's KeyError names only the first it meets)."""
+    import dataclasses
+
+    from simharness.profiles import get_profile
+    from simharness.rules import Facts, _order_verdict
+
+    cfg = ParallelismConfig.from_megatron(world_size=8, mcore="0.18",
+                                          tensor_model_parallel_size=2)
+    bad = dataclasses.replace(cfg, order="tp-foo-bar-dp-pp", _validate=False)
+    v = _order_verdict(Facts(bad, get_profile("0.18"), 8), False)
+    assert (v.holds, v.error) == (False, "KeyError")
+    assert "has unknown token(s) 'foo', 'bar'; use only tp, pp, dp, ep, cp" in v.message
+
+
+def test_rules_ranks_verdict_names_every_repeated_token():
+    """rules._ranks_verdict: an order repeating two tokens whose groups reach past the
+    torch world names both, comma-separated, and the first kind that overflows."""
+    import pytest
+
+    from simharness import LayoutError
+
+    with pytest.raises(LayoutError) as exc:
+        ParallelismConfig.from_megatron(world_size=8, mcore="0.18", tensor_model_parallel_size=2,
+                                        context_parallel_size=2, local_world_size=8,
+                                        order="tp-cp-tp-ep-dp-pp-cp")
+    assert str(exc.value).startswith(
+        "order 'tp-cp-tp-ep-dp-pp-cp' repeats 'cp', 'tp': Megatron's RankGenerator keeps one "
+        "size per occurrence, so its dense 'dp-cp' groups reach rank 11 (torch world 8; "
+        "Megatron: 'ValueError: Rank 8 is out of range' from new_group)"), str(exc.value)

@@ -89,3 +89,28 @@ def test_phase_tokens_are_megatrons_groups(mcore, release, name, kwargs):
     assert len(ours) == len(theirs), (len(ours), len(theirs))
     for i, (a, b) in enumerate(zip(ours, theirs)):
         assert a == b, (i, sorted(a), sorted(b))
+
+
+@pytest.mark.parametrize("lists", [[[0, 1, 2, 3, 4]], [[0, 1], [2, 5], [3, 4]], [[0, 1], [2, 3]]],
+                         ids=["too-large", "out-of-range", "fits"])
+def test_new_group_error_is_torchs(lists):
+    """``rules._new_group_error`` is what torch's ``new_group`` says (ValueError) for the
+    first of the lists it rejects in a 4-rank world (or None when it takes them all)."""
+    import numpy as np
+    import torch.distributed as dist
+
+    from simharness.rules import _new_group_error
+
+    said = None
+    with H.fake_world(0, 4):
+        for ranks in lists:
+            try:
+                dist.new_group(ranks, backend="fake")
+            except ValueError as exc:
+                said = str(exc)
+                break
+    ours = _new_group_error(np.array(lists), 4)
+    if said is None:
+        assert ours is None
+    else:
+        assert ours is not None and said.startswith(ours), (said, ours)
