@@ -118,6 +118,8 @@ def test_ag_reads_match_megatron(mcore, release, name, kwargs):
                          after_init=_probe(reads, cfg.ep))
     sizes, dp_ranks, raised = run.extra["sizes"], run.extra["dp"], run.extra["raised"]
     for expert, token, getter, _ in reads:
+        # Megatron's names: an expert group's getter says so; get_ranks tokens are lowercase
+        assert ("expert" in getter) == expert and token == token.lower(), (expert, token, getter)
         grid = _megatron_grid(f, expert)
         if getter == "is_initialized":  # reads _DATA_PARALLEL_GROUP
             row = next(r for r in grid.groups(token).tolist() if RANK in r)

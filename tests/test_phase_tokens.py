@@ -8,8 +8,8 @@ Here the five stretches, joined (a token split over a stretch boundary, its firs
 then the rest, counts once), must be Megatron's own ``new_group`` calls, group kind by
 group kind in creation order (torch's ``fake`` backend, 0.16.1, 0.18.2 and 0.19.2; the
 kinds ``_phase_tokens`` does not model, embedding and optimizer-instance groups, left
-out; gloo twins merged; a kind whose lists repeat an earlier kind's counted once): the same
-kinds, in the same order, with the same rank lists.
+out; a kind's gloo twin merged into it): the same kinds, in the same order, with the same
+rank lists.
 """
 
 from __future__ import annotations
@@ -49,13 +49,14 @@ def _ours(f: Facts) -> list[set[tuple[int, ...]]]:
     out: list[tuple[tuple[bool, str], set[tuple[int, ...]]]] = []
     for phase in range(1, 6):
         for expert, token, first in _phase_tokens(f, phase):
+            assert token == token.lower(), token  # Megatron's get_ranks tokens (messages)
             lists = _megatron_lists(grids[expert], token, WORLD)
             rows = {tuple(r) for r in (lists[:1] if first else lists).tolist()}
             if out and out[-1][0] == (expert, token):  # split over a stretch boundary
                 out[-1][1].update(rows)
             else:
                 out.append(((expert, token), rows))
-    return _distinct([rows for _, rows in out])
+    return [rows for _, rows in out]
 
 
 def _megatron(calls) -> list[set[tuple[int, ...]]]:
@@ -63,17 +64,7 @@ def _megatron(calls) -> list[set[tuple[int, ...]]]:
     for desc, ranks, _ in calls:
         if desc not in UNMODELLED:
             kinds.setdefault(desc.removesuffix("_GLOO"), set()).add(tuple(ranks))
-    return _distinct(list(kinds.values()))
-
-
-def _distinct(kinds: list[set[tuple[int, ...]]]) -> list[set[tuple[int, ...]]]:
-    """Each set of rank lists once, at its first place (0.19 also builds its GTP kinds
-    when their size is 1, the same lists as the plain ones; a repeat adds no overflow)."""
-    out: list[set[tuple[int, ...]]] = []
-    for k in kinds:
-        if k not in out:
-            out.append(k)
-    return out
+    return list(kinds.values())
 
 
 @pytest.mark.parametrize("mcore,release,name,kwargs", CASES,
