@@ -118,3 +118,34 @@ def test_rules_ranks_verdict_names_every_repeated_token():
         "order 'tp-cp-tp-ep-dp-pp-cp' repeats 'cp', 'tp': Megatron's RankGenerator keeps one "
         "size per occurrence, so its dense 'dp-cp' groups reach rank 11 (torch world 8; "
         "Megatron: 'ValueError: Rank 8 is out of range' from new_group)"), str(exc.value)
+
+
+def test_rules_evaluate_all_arithmetic_error_only_after_a_failure():
+    """rules.evaluate_all: a rule's ArithmeticError after an earlier failing rule becomes
+    its 'cannot be evaluated' verdict (a size an earlier rule refused); with no failure
+    before it (or only rules that hold or do not apply) it is a bug and propagates."""
+    from unittest import mock
+
+    import pytest
+
+    from simharness.rules import Rule, Verdict, evaluate_all
+
+    def rule(name, fn):
+        return Rule(name, name, "megatron", None, fn)
+
+    boom = rule("boom", lambda f: 1 // 0)
+    holds = rule("holds", lambda f: Verdict(True, "ok"))
+    skip = rule("skip", lambda f: None)
+    fails = rule("fails", lambda f: Verdict(False, "no", "bad"))
+    cfg = ParallelismConfig.from_megatron(world_size=8, mcore="0.18")
+    for before in ([], [holds], [skip, holds]):
+        with mock.patch("simharness.rules.RULES", [*before, boom]):
+            with pytest.raises(ZeroDivisionError):
+                list(evaluate_all(cfg, "0.18"))
+    with mock.patch("simharness.rules.RULES", [fails, holds, skip, boom, boom]):
+        got = [(r.name, v) for r, v in evaluate_all(cfg, "0.18")]
+    after = Verdict(False, "cannot be evaluated after the failure above (ZeroDivisionError: "
+                           "integer division or modulo by zero)",
+                    "integer division or modulo by zero")
+    assert got == [("fails", Verdict(False, "no", "bad")), ("holds", Verdict(True, "ok")),
+                   ("skip", None), ("boom", after), ("boom", after)]
