@@ -139,9 +139,9 @@ def test_rules_evaluate_all_arithmetic_error_only_after_a_failure():
     fails = rule("fails", lambda f: Verdict(False, "no", "bad"))
     cfg = ParallelismConfig.from_megatron(world_size=8, mcore="0.18")
     for before in ([], [holds], [skip, holds]):
-        with mock.patch("simharness.rules.RULES", [*before, boom]):
-            with pytest.raises(ZeroDivisionError):
-                list(evaluate_all(cfg, "0.18"))
+        with mock.patch("simharness.rules.RULES", [*before, boom]), \
+                pytest.raises(ZeroDivisionError):
+            list(evaluate_all(cfg, "0.18"))
     with mock.patch("simharness.rules.RULES", [fails, holds, skip, boom, boom]):
         got = [(r.name, v) for r, v in evaluate_all(cfg, "0.18")]
     after = Verdict(False, "cannot be evaluated after the failure above (ZeroDivisionError: "

@@ -78,7 +78,7 @@ def test_phase_tokens_are_megatrons_groups(mcore, release, name, kwargs):
         run = H.run_rank(ps, WORLD, 0, kwargs, mcore=mcore, record=True, getters=False)
     theirs, ours = _megatron(run.calls), _ours(f)
     assert len(ours) == len(theirs), (len(ours), len(theirs))
-    for i, (a, b) in enumerate(zip(ours, theirs)):
+    for i, (a, b) in enumerate(zip(ours, theirs, strict=True)):
         assert a == b, (i, sorted(a), sorted(b))
 
 
