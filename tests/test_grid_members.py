@@ -115,7 +115,7 @@ def test_inject_gtp_is_megatrons(ps019, order):
 
 
 @pytest.mark.parity
-@pytest.mark.parametrize("order,offset", [(None, None), ("tp-pp-ep-dp-cp", 3)])
+@pytest.mark.parametrize("order,offset", [(None, None), ("tp-pp-ep-dp-cp", 3), ("TP-cp-EP-dp-pp", 0)])
 def test_dense_and_expert_generators_are_megatrons(ps019, order, offset):
     """Grid.dense / Grid.expert with the 0.19 GTP axis (injected after tp / ep) against
     Megatron 0.19's RankGenerator; without the axis by default."""
@@ -146,3 +146,9 @@ def test_dense_and_expert_generators_are_megatrons(ps019, order, offset):
     one = ParallelismConfig.from_megatron(world_size=8, mcore="0.19",
                                           tensor_model_parallel_size=2)
     assert Grid.dense(one, order="tp-gtp_remat-cp-ep-dp-pp").names[:2] == ("tp", "gtp_remat")
+
+
+def test_first_occurrences_lowercases_and_keeps_first_places():
+    from simharness.grid import first_occurrences
+
+    assert first_occurrences("pp-cp-dp-TP-tp-ep-PP") == "pp-cp-dp-tp-ep"
