@@ -105,7 +105,8 @@ def ps019():
 
 @pytest.mark.parity
 @pytest.mark.parametrize("order", ["tp-cp-ep-dp-pp", "cp-ep-tp-dp-pp", "pp-dp-cp-ep",
-                                   "TP-cp-ep-dp-pp", "tp-gtp_remat-cp-ep-dp-pp"])
+                                   "TP-cp-ep-dp-pp", "tp-gtp_remat-cp-ep-dp-pp",
+                                   "tp-cp-dp-pp"])
 def test_inject_gtp_is_megatrons(ps019, order):
     from simharness.grid import inject_gtp
 
