@@ -1,0 +1,62 @@
+"""The getter table against megatron-core's ``parallel_state`` (issue 18: ``make mutate``
+on getters.py).
+
+For every profile and every kind, ``getters.getter`` names a function that the matching
+megatron-core release defines, called only with keywords that function takes (an index
+only on a function returning a list), an alias that is itself a kind of the table, and a
+label that spells the call; the numbered hierarchical-CP and hybrid DP-CP kinds included.
+"""
+
+from __future__ import annotations
+
+import inspect
+from pathlib import Path
+
+import megatron_harness as H  # tests/ is on sys.path under pytest
+import pytest
+
+from simharness.getters import Getter, getter, megatron_getters
+
+pytestmark = pytest.mark.parity
+
+ROOT = Path(__file__).resolve().parents[1]
+RELEASES = [("0.16", "0.17.1"), ("0.18", "0.18.2"), ("0.19", "0.19.2")]
+NUMBERED = ["hcp_l0", "hcp_l1", "hcp_l2", "hybrid_dp_cp_2", "hybrid_dp_cp_16"]
+
+
+@pytest.mark.parametrize("mcore,release", RELEASES, ids=[r for _, r in RELEASES])
+def test_every_getter_is_a_megatron_call(mcore, release):
+    ps = H.parity_module(ROOT, release)
+    table = megatron_getters(mcore)
+    for kind in [*table, *NUMBERED]:
+        g = getter(kind, mcore)
+        assert isinstance(g, Getter), kind
+        fn = getattr(ps, g.function)  # AttributeError: no such Megatron function
+        params = inspect.signature(fn).parameters
+        assert all(k in params for k, _ in g.kwargs), (kind, g.kwargs, list(params))
+        assert g.alias is None or g.alias in table, (kind, g.alias)
+        args = ", ".join(f"{k}={v}" for k, v in g.kwargs)
+        suffix = "" if g.index is None else f"[{g.index}]"
+        assert g.label == f"{g.function}({args}){suffix}", kind
+        assert g.raises_when_missing == (dict(g.kwargs).get("check_initialized") is not False)
+
+
+def test_numbered_and_unknown_kinds():
+    hcp = getter("hcp_l2", "0.18")
+    assert (hcp.function, hcp.index, hcp.kwargs) == (
+        "get_hierarchical_context_parallel_groups", 2, ())
+    assert hcp.label == "get_hierarchical_context_parallel_groups()[2]"
+    hy = getter("hybrid_dp_cp_4", "0.16")
+    assert (hy.function, hy.kwargs, hy.index) == (
+        "get_hybrid_data_context_parallel_groups", (("group_size", 4),), None)
+    assert hy.label == "get_hybrid_data_context_parallel_groups(group_size=4)"
+    for kind in ("hcp_lx", "hcp_l", "hybrid_dp_cp_", "hybrid_dp_cp_a", "nope"):
+        assert getter(kind, "0.18") is None, kind
+    assert getter("dp_cp_ag", "0.16").kwargs == (("with_context_parallel", True),
+                                                 ("independent_all_gather", True))
+    assert getter("dp_cp_ag", "0.18") is None
+    assert getter("dp", "0.19").kwargs == (("with_gtp_remat", False),)
+    assert getter("dp", "0.18").kwargs == ()
+    assert getter("intra_dp_cp", "0.16").alias == "dp_cp"
+    assert not getter("embd", "0.16").raises_when_missing
+    assert getter("tp", "0.16").raises_when_missing
