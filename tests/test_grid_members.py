@@ -116,7 +116,8 @@ def test_inject_gtp_is_megatrons(ps019, order):
 
 
 @pytest.mark.parity
-@pytest.mark.parametrize("order,offset", [(None, None), ("tp-pp-ep-dp-cp", 3), ("TP-cp-EP-dp-pp", 0)])
+@pytest.mark.parametrize("order,offset", [(None, None), ("tp-pp-ep-dp-cp", 3),
+                                          ("TP-cp-EP-dp-pp", 0)])
 def test_dense_and_expert_generators_are_megatrons(ps019, order, offset):
     """Grid.dense / Grid.expert with the 0.19 GTP axis (injected after tp / ep) against
     Megatron 0.19's RankGenerator; without the axis by default."""
