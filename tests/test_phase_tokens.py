@@ -6,7 +6,8 @@
 ``_ranks_verdict`` and ``repeated-token-groups`` rules read Megatron's groups through it.
 Here the five stretches, joined (a token split over a stretch boundary, its first group
 then the rest, counts once), must be Megatron's own ``new_group`` calls, group kind by
-group kind in creation order (torch's ``fake`` backend, 0.16.1, 0.18.2 and 0.19.2; the
+group kind in creation order (torch's ``fake`` backend; megatron-core 0.17.1 for the 0.16
+profile, 0.18.2, 0.19.2; the
 kinds ``_phase_tokens`` does not model, embedding and optimizer-instance groups, left
 out; a kind's gloo twin merged into it): the same kinds, in the same order, with the same
 rank lists.
@@ -36,7 +37,7 @@ MOE = dict(tensor_model_parallel_size=2, context_parallel_size=2,
            pipeline_model_parallel_size=2, expert_model_parallel_size=2,
            expert_tensor_parallel_size=1)
 CASES = [
-    ("0.16", "0.16.1", "moe", MOE),
+    ("0.16", "0.17.1", "moe", MOE),
     ("0.18", "0.18.2", "moe", MOE),
     ("0.19", "0.19.2", "moe", MOE),
     ("0.19", "0.19.2", "moe-gtp2", dict(MOE, gtp_remat_size=2)),
