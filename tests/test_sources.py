@@ -34,7 +34,8 @@ def _agrees(src: GroupSource, arr: np.ndarray, probe: range) -> None:
         assert src.members(g).tolist() == arr[g].tolist(), g
     picks = np.array([len(arr) - 1, 0, len(arr) // 2][: len(arr)], dtype=np.int64)
     assert src.members_many(picks).tolist() == arr[picks].tolist()
-    assert src.members_many(np.arange(0)).shape == (0, src.group_size)
+    none = src.members_many(np.arange(0))
+    assert none.shape == (0, src.group_size) and none.dtype == np.int64
     for r in probe:
         assert src.locate(r) == places.get(r), r
         got = src.group_of(r)
@@ -62,10 +63,17 @@ def test_sources_agree_with_their_arrays(cfg):
     for kind in build_layout(cfg, "0.16").kinds:
         fresh = build_layout(cfg, "0.16").source(kind)  # nothing built or cached yet
         arr = fresh.fresh()
+        parent = getattr(fresh, "parent", None)
+        if parent is not None:  # fresh() caches no parent's array, array() caches them
+            assert "_array" not in parent.__dict__, kind
+            built = build_layout(cfg, "0.16").source(kind)
+            built.array()
+            assert "_array" in built.parent.__dict__, kind
         assert "_array" not in fresh.__dict__ or isinstance(fresh, Fixed), kind
         assert arr.shape == (fresh.n_groups, fresh.group_size), kind
         _agrees(fresh, arr, probe)
         assert fresh.array().tolist() == arr.tolist() and fresh.fresh() is fresh.array()
+        assert not fresh.array().flags.writeable, kind
         _agrees(fresh, arr, probe)  # now from the cached array
         if fresh.partitions:
             assert sorted(arr.ravel().tolist()) == list(range(cfg.rank_offset,
@@ -88,15 +96,18 @@ def test_the_cases_build_every_kind_of_source():
 def test_fixed_corrupted_plans():
     """Fixed: repeated ranks (the first place wins), ranks outside the world (looked up
     apart), one-dimensional data (one rank per group), unsorted rows, no groups."""
-    arr = np.array([[4, 1], [1, 9], [2, 3]])
+    arr = np.array([[4, 1], [1, 9], [2, 3], [5, 9]])
     f = Fixed(arr, range(1, 5))
-    assert [f.locate(r) for r in (0, 1, 2, 3, 4, 9, 10)] == [
-        None, (0, 1), (2, 0), (2, 1), (0, 0), (1, 1), None]
+    assert [f.locate(r) for r in (0, 1, 2, 3, 4, 5, 9, 10)] == [
+        None, (0, 1), (2, 0), (2, 1), (0, 0), (3, 0), (1, 1), None]
     assert f.group_of(9).tolist() == [1, 9] and f.group_of(0) is None
-    assert (f.n_groups, f.group_size, f.sorted_members) == (3, 2, False)
+    assert (f.n_groups, f.group_size, f.sorted_members) == (4, 2, False)
     assert f.data.dtype == np.int64 and not f.data.flags.writeable
     one = Fixed(np.array([5, 6, 7]), range(5, 8))
     assert one.data.shape == (3, 1) and one.locate(6) == (1, 0) and one.sorted_members
     empty = Fixed(np.zeros((0, 0)), range(0, 4))
     assert (empty.n_groups, empty.group_size) == (0, 0) and empty.locate(2) is None
     assert Fixed(np.array([[0, 1], [2, 3]]), range(0, 4)).sorted_members
+    assert not Fixed(np.array([[0, 0], [2, 3]]), range(0, 4)).sorted_members  # a repeat
+    deep = Fixed(np.arange(8).reshape(2, 2, 2), range(0, 8))  # rows flattened
+    assert deep.data.shape == (2, 4) and deep.locate(6) == (1, 2)
