@@ -58,5 +58,11 @@ def test_numbered_and_unknown_kinds():
     assert getter("dp", "0.19").kwargs == (("with_gtp_remat", False),)
     assert getter("dp", "0.18").kwargs == ()
     assert getter("intra_dp_cp", "0.16").alias == "dp_cp"
+    built = megatron_getters.__wrapped__("0.19")  # the table as built, not a cached copy
+    assert built == megatron_getters("0.19")
+    assert {k: g.alias for k, g in built.items() if g.alias} == {
+        "intra_dp_cp": "dp_cp", "intra_dp_cp_gloo": "dp_cp_gloo", "intra_ep_dp": "ep_dp",
+        "intra_ep_dp_gloo": "ep_dp_gloo", "gtp_remat_dp": "dp", "gtp_remat_dp_cp": "dp_cp",
+        "ep_gtp_remat_dp": "ep_dp"}
     assert not getter("embd", "0.16").raises_when_missing
     assert getter("tp", "0.16").raises_when_missing
