@@ -83,6 +83,8 @@ def prepare(name: str, mod: dict) -> Path:
     settings = (
         "\n[tool.mutmut]\n"
         'source_paths = ["simharness"]\n'
+        # the capture tests run examples/ scripts and cli.py from mutmut's mutants/ copy
+        'also_copy = ["examples", "cli.py"]\n'
         f'only_mutate = [{json.dumps(mod["path"])}]\n'
         'pytest_add_cli_args = ["-p", "no:randomly", "-p", "no:cacheprovider", "-n", "0", '
         '"-o", "addopts=", "-q"]\n'
