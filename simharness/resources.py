@@ -121,14 +121,27 @@ def parse_size(text: str) -> int:
     return int(float(m.group(1)) * scale)
 
 
-def _meminfo_available(path: Path = Path("/proc/meminfo")) -> int | None:
+def proc_kib(key: str, path: str | Path = "/proc/meminfo") -> int | None:
+    """The ``KEY:   N kB`` figure of a /proc file (``/proc/meminfo``, ``/proc/self/status``)
+    in KiB; None when the file or the key is missing (not Linux).
+
+    >>> proc_kib("VmRSS", "/proc/self/status") > 0
+    True
+    >>> proc_kib("NoSuchKey") is None
+    True
+    """
     try:
-        for line in path.read_text().splitlines():
-            if line.startswith("MemAvailable:"):
-                return int(line.split()[1]) * 1024
+        for line in Path(path).read_text().splitlines():
+            if line.startswith(key + ":"):
+                return int(line.split()[1])
     except (OSError, ValueError, IndexError):
         return None
     return None
+
+
+def _meminfo_available(path: Path = Path("/proc/meminfo")) -> int | None:
+    kib = proc_kib("MemAvailable", path)
+    return None if kib is None else kib * 1024
 
 
 def _read_int(path: Path) -> int | None:

@@ -44,16 +44,12 @@ RANK_MEMORY_MB = 260
 PARENT_SLACK_S = 30.0   # the parent stops the launch this long after the ranks' own timeout
 
 
-def available_memory_mb() -> int | None:
-    """``MemAvailable`` of /proc/meminfo in MiB (None where there is no such file)."""
-    try:
-        with open("/proc/meminfo", encoding="ascii") as fh:
-            for line in fh:
-                if line.startswith("MemAvailable:"):
-                    return int(line.split()[1]) // 1024
-    except (OSError, ValueError, IndexError):
-        return None
-    return None
+def available_memory_mb() -> int:
+    """The memory this process may use, in MiB: :func:`simharness.resources.available_memory`
+    (``MemAvailable``, or less under a cgroup limit, or ``SIMHARNESS_MEMORY_LIMIT``)."""
+    from ..resources import MIB, available_memory
+
+    return available_memory().available // MIB
 
 
 def memory_check(world_size: int, per_rank_mb: int = RANK_MEMORY_MB,
@@ -68,8 +64,6 @@ def memory_check(world_size: int, per_rank_mb: int = RANK_MEMORY_MB,
     a faithful capture of 64 ranks needs about 16640 MB (64 processes x 260 MB each) but 2000 MB
     """
     avail = available_memory_mb() if available_mb is None else available_mb
-    if avail is None:
-        return
     need = world_size * per_rank_mb
     if need > avail:
         fits = avail // per_rank_mb

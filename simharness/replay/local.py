@@ -32,6 +32,7 @@ from typing import Any
 
 from ..errors import SimharnessError
 from ..layout import Layout
+from ..resources import fmt_bytes, proc_kib
 from .options import Fault, ReplayOptions
 
 GRACE_S = 1.0          # how long the other ranks may take to report after the first failure
@@ -55,13 +56,8 @@ def set_pdeathsig(sig: int = signal.SIGKILL) -> None:
 
 def _vm_data() -> int | None:
     """This process's data segment in bytes (``VmData``: what ``RLIMIT_DATA`` counts)."""
-    try:
-        for line in Path("/proc/self/status").read_text().splitlines():
-            if line.startswith("VmData:"):
-                return int(line.split()[1]) * 1024
-    except (OSError, ValueError, IndexError):
-        return None
-    return None
+    kib = proc_kib("VmData", "/proc/self/status")
+    return None if kib is None else kib * 1024
 
 
 def limit_memory(head_room: int) -> int | None:
@@ -438,8 +434,6 @@ def diagnose(outcome: dict[str, Any], workdir: Path, W: int,
 
 
 def _fmt(n: float | None) -> str:
-    from ..resources import fmt_bytes
-
     return "?" if n is None else fmt_bytes(n)
 
 

@@ -33,6 +33,7 @@ from typing import Any
 import pytest
 
 from ..errors import NeedsGPU
+from ..resources import proc_kib
 from .verdicts import NEEDS_GPU_PREFIX
 
 ENV_DIR = "SIMHARNESS_RUN_DIR"
@@ -280,11 +281,4 @@ def _destroy_new_groups(before: set | None) -> None:
 
 
 def _peak_rss_kib() -> int | None:
-    try:
-        with open("/proc/self/status", encoding="ascii") as fh:
-            for line in fh:
-                if line.startswith("VmHWM:"):
-                    return int(line.split()[1])
-    except OSError:
-        pass
-    return None
+    return proc_kib("VmHWM", "/proc/self/status")

@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 
 from ..errors import SimharnessError, whole_number_problem
 from ..launch.launcher import LaunchResult, LaunchSpec, launch
+from ..resources import MIB, available_memory, proc_kib
 from .plugin import ENV_DIR, ENV_DONE, ENV_ROUND, ENV_TIMEOUT, HANG_EXIT
 from .verdicts import Verdict, exit_code, read_records, verdict
 
@@ -58,26 +59,9 @@ class MemoryPlan:
                 f"{self.total_mib} MiB of {avail} available")
 
 
-def _meminfo(key: str, path: str = "/proc/meminfo") -> int | None:
-    try:
-        with open(path, encoding="ascii") as fh:
-            for line in fh:
-                if line.startswith(key + ":"):
-                    return int(line.split()[1]) // 1024
-    except OSError:
-        pass
-    return None
-
-
 def _own_rss_mib() -> int:
-    try:
-        with open("/proc/self/status", encoding="ascii") as fh:
-            for line in fh:
-                if line.startswith("VmRSS:"):
-                    return int(line.split()[1]) // 1024
-    except OSError:
-        pass
-    return 400
+    kib = proc_kib("VmRSS", "/proc/self/status")
+    return 400 if kib is None else kib // 1024
 
 
 def memory_plan(ranks: int, per_rank_mib: int | None = None) -> MemoryPlan:
@@ -87,7 +71,7 @@ def memory_plan(ranks: int, per_rank_mib: int | None = None) -> MemoryPlan:
         import torch  # noqa: F401  (the estimate counts torch's own footprint)
 
         per_rank_mib = _own_rss_mib() + RANK_ALLOWANCE_MIB
-    return MemoryPlan(per_rank_mib, ranks, _meminfo("MemAvailable"))
+    return MemoryPlan(per_rank_mib, ranks, available_memory().available // MIB)
 
 
 def cores() -> int:

@@ -149,13 +149,17 @@ def _point(raw: dict, where: str) -> CalPoint:
         launch=raw.get("launch", ""), sweep=raw.get("sweep", ""))
 
 
+def _read_toml(path: Path, what: str) -> dict:
+    try:
+        return tomllib.loads(path.read_text())
+    except (OSError, tomllib.TOMLDecodeError) as exc:
+        raise TopologyError(f"{path}: cannot read {what}: {exc}") from None
+
+
 def load_points(path: str | Path = DEFAULT_PATH) -> list[CalPoint]:
     """Every ``[[point]]`` of a calibration file, validated."""
     path = Path(path)
-    try:
-        data = tomllib.loads(path.read_text())
-    except (OSError, tomllib.TOMLDecodeError) as exc:
-        raise TopologyError(f"{path}: cannot read calibration data: {exc}") from None
+    data = _read_toml(path, "calibration data")
     return [_point(raw, f"{path} point #{i + 1}") for i, raw in enumerate(data.get("point", []))]
 
 
@@ -271,10 +275,7 @@ class MemoryReport:
 def load_memory_reports(path: str | Path = MEMORY_PATH) -> list[MemoryReport]:
     """Every ``[[report]]`` of a memory-report file."""
     path = Path(path)
-    try:
-        data = tomllib.loads(path.read_text())
-    except (OSError, tomllib.TOMLDecodeError) as exc:
-        raise TopologyError(f"{path}: cannot read memory reports: {exc}") from None
+    data = _read_toml(path, "memory reports")
     out = []
     for i, raw in enumerate(data.get("report", [])):
         try:
