@@ -180,11 +180,12 @@ def test_topology_cost_columns_are_nccl_tests_and_reach_8gb():
 
 def test_launch_mode_of_a_calibration_point():
     from simharness.topology.calibration import _point
-    from simharness.topology.nccl_model import launch_overhead_us
+    from simharness.topology.nccl_model import LAUNCH_US_SINGLE_PER_GPU, launch_overhead_us
 
     # back-to-back calls: the launch shows only where it outlasts the GPU time
-    assert launch_overhead_us("single", 8) == pytest.approx(28.0)
-    assert launch_overhead_us("single", 8, gpu_time_us=25.0) == pytest.approx(3.0)
+    period = 8 * LAUNCH_US_SINGLE_PER_GPU
+    assert launch_overhead_us("single", 8) == pytest.approx(period)
+    assert launch_overhead_us("single", 8, gpu_time_us=25.0) == pytest.approx(period - 25.0)
     assert launch_overhead_us("single", 8, gpu_time_us=100.0) == 0.0
     assert launch_overhead_us("per-gpu", 8, gpu_time_us=10.0) == 0.0
     base = dict(id="x", source="s", collective="all_reduce", size=1024, topology="dgx-h100",

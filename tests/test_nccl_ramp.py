@@ -16,12 +16,17 @@ import pytest
 from simharness.topology import TopologyError
 from simharness.topology.calibration import (
     BW_TARGET_MIN_BYTES,
+    DEFAULT_PATH,
     CalPoint,
     CalResult,
     band_summaries,
+    evaluate,
+    fit_single_launch_us,
+    load_points,
 )
 from simharness.topology.nccl_model import (
     LAUNCH_US,
+    LAUNCH_US_SINGLE_PER_GPU,
     NVLS_ONE_NODE_STAGES,
     GroupShape,
     choose,
@@ -90,15 +95,39 @@ def test_no_fill_for_ring_and_tree():
 
 def test_launch_period_and_overhead():
     assert launch_period_us("per-gpu", 8) == LAUNCH_US
-    assert launch_period_us("single", 8) == pytest.approx(8 * LAUNCH_US)
+    one = LAUNCH_US_SINGLE_PER_GPU
+    assert launch_period_us("single", 8) == pytest.approx(8 * one)
+    assert launch_period_us("single", 4, single_per_gpu_us=2.0) == pytest.approx(8.0)
     # the launch overlaps the previous call: only a period longer than the GPU time shows
-    assert launch_overhead_us("single", 8, gpu_time_us=10.0) == pytest.approx(8 * LAUNCH_US - 10)
-    assert launch_overhead_us("single", 8, gpu_time_us=8 * LAUNCH_US + 1) == 0.0
+    assert launch_overhead_us("single", 8, gpu_time_us=10.0) == pytest.approx(8 * one - 10)
+    assert launch_overhead_us("single", 8, gpu_time_us=8 * one + 1) == 0.0
     assert launch_overhead_us("per-gpu", 1, gpu_time_us=0.5) == pytest.approx(LAUNCH_US - 0.5)
     with pytest.raises(TopologyError, match="unknown launch mode 'mpi'"):
         launch_period_us("mpi", 8)
     with pytest.raises(TopologyError, match="gpus_per_process must be >= 1, got 0"):
         launch_period_us("single", 0)
+
+
+def test_single_launch_cost_is_fitted_on_fit_points_only():
+    pts = load_points(DEFAULT_PATH)
+    # the shipped constant is what the fit gives on the data file
+    assert fit_single_launch_us(pts) == pytest.approx(LAUNCH_US_SINGLE_PER_GPU, abs=0.005)
+    # held-out points set nothing: make every held-out measurement 3x slower, same fit
+    slower = [p if p.split == "fit" else CalPoint(
+        p.id, p.source, p.collective, p.algo, p.size, p.topology, p.nodes, p.ranks_per_node,
+        p.split, busbw=p.busbw / 3 if p.busbw else None,
+        time_us=p.time_us * 3 if p.time_us else None, launch=p.launch) for p in pts]
+    assert fit_single_launch_us(slower) == pytest.approx(LAUNCH_US_SINGLE_PER_GPU, abs=0.005)
+    # the fit does follow its own points: a -g 8 ring point at 80 us per call -> 10 us per GPU
+    fit = CalPoint("f", "s", "all_reduce", "ring", 1024, "dgx-h100", 1, 8, "fit",
+                   time_us=80.0, launch="single")
+    assert fit_single_launch_us([fit]) == pytest.approx(10.0)
+    with pytest.raises(TopologyError, match="no fit point launched single"):
+        fit_single_launch_us([p for p in pts if p.split != "fit"])
+    # and the launch mode is the input: per-gpu keeps nccl#1984's one launch per call
+    r = evaluate(CalPoint("g", "s", "all_reduce", "ring", 1024, "dgx-h100", 1, 8, "heldout",
+                          time_us=20.0, launch="per-gpu"))
+    assert r.predicted < 8 * LAUNCH_US_SINGLE_PER_GPU
 
 
 def _result(size, metric, measured, predicted):
