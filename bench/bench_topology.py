@@ -4,9 +4,9 @@
 
 Times placement, locality + findings and the overlap simulation of 16,384-GPU
 layouts on a DGX H100 SuperPOD (2,048 nodes, 64 scalable units; target: under
-10 s on 2 cores; figures are CPU seconds of this process, as the machine is shared), then prints the predicted nccl-tests bus bandwidth next to
-the public figures in ../shared/reference/cluster-numbers.md and PyTorch
-DTensor's MeshTopoInfo baseline.
+10 s on 2 cores; figures are CPU seconds of this process, as the machine is shared),
+then prints the predicted nccl-tests bus bandwidth next to the public figures in
+../shared/reference/cluster-numbers.md and PyTorch DTensor's MeshTopoInfo baseline.
 """
 
 from __future__ import annotations

@@ -202,9 +202,8 @@ def test_node_views_per_domain_at_scale(tmp_path):
     GPUs on one NIC; checked against a per-domain loop on uneven groups."""
     import numpy as np
 
-    from simharness.topology.loader import topology_dir
-
     from simharness.topology.cost import node_views
+    from simharness.topology.loader import topology_dir
 
     def by_loop(c, dev):
         out = []

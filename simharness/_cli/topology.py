@@ -579,8 +579,8 @@ def simulate_cmd(topology, hosts, first_device, model_bytes, expert_bytes, layer
                  schedule,
                  opt_step, compute_ms, mfu, peak_tflops, micro_batch_size, seq_length,
                  bytes_per_param, first_layers, last_layers, acc_embedding, acc_loss,
-                 pp_layout, grad_scale, rs_kind, ag_kind, nccl, comm_memory_mb, collnet, launch_queue,
-                 explain, fmt, quiet, **kwargs):
+                 pp_layout, grad_scale, rs_kind, ag_kind, nccl, comm_memory_mb, collnet,
+                 launch_queue, explain, fmt, quiet, **kwargs):
     model_fields = {name: kwargs.pop(name) for _, name, _ in _MODEL_FLAGS}
     hosts_list = read_hosts(hosts) if hosts else None
     layout, cluster = _layout_and_cluster(topology, kwargs, hosts_list=hosts_list,
