@@ -27,6 +27,7 @@ from simharness.topology.calibration import (
 from simharness.topology.nccl_model import (
     LAUNCH_US,
     LAUNCH_US_SINGLE_PER_GPU,
+    NVLS_AG_RS_ONE_NODE_STAGES,
     NVLS_ONE_NODE_STAGES,
     GroupShape,
     choose,
@@ -64,6 +65,21 @@ def test_nvls_fill_is_two_stage_times_of_one_loop():
     assert NVLS_ONE_NODE_STAGES == 3
     assert e.ramp_us == pytest.approx((NVLS_ONE_NODE_STAGES - 1) * loop / per_channel)
     assert 25.0 < e.ramp_us < 40.0          # 2 x 256 KiB at ~16.7 GB/s per channel
+
+
+@pytest.mark.parametrize("coll", ["all_gather", "reduce_scatter"])
+def test_nvls_all_gather_reduce_scatter_fill_one_loop(coll):
+    # forced NVLS (NCCL_ALGO=NVLS) on one node: two warp groups on a loop of nHeads x chunk
+    e = choose(H100x8, coll, 16 * MiB, algo="nvls", nccl="2.28")
+    per_channel = e.algbw_gb_per_s * 1e3 / e.n_channels
+    _, _, loop = nvls_loops(16 * MiB, e.n_channels, 8)
+    assert NVLS_AG_RS_ONE_NODE_STAGES == 2
+    assert e.ramp_us == pytest.approx(loop / per_channel)
+    assert 15.0 < e.ramp_us < 25.0          # 256 KiB at 13 GB/s per channel
+    # in bytes, half the all-reduce's two-loop fill (same loop, same 16 channels)
+    ar = choose(H100x8, "all_reduce", 16 * MiB, algo="nvls", nccl="2.28")
+    assert ar.n_channels == e.n_channels
+    assert ar.ramp_us * ar.algbw_gb_per_s == pytest.approx(2 * e.ramp_us * e.algbw_gb_per_s)
 
 
 def _half_plateau_bytes(time_of) -> int:

@@ -652,6 +652,14 @@ def _nvls_chunk(size_bytes: float, ctas: int, heads: int, tree: bool, nodes: int
 # src/device/all_reduce.h RunWorkColl<AllReduce, NVLS, Simple>, oneNode branch
 # (oneNode branch at v2.23.4-1 all_reduce.h:393-440, v2.28.3-1 all_reduce.h:408-454).
 NVLS_ONE_NODE_STAGES = 3
+# NVLS all-gather / reduce-scatter on one node run two warp groups per channel on the same
+# loop of ``nHeads x chunk`` bytes: all-gather multicasts the rank's chunk (Bcast through
+# NVLS) and copies every head's chunk out (Gather, ``nvls->nHeads * count`` apart);
+# reduce-scatter writes one chunk to each head's buffer (Scatter) and reads back its own
+# chunk reduced (Reduce through NVLS, multimem ld_reduce). RunWorkColl<AllGather / Reduce
+# Scatter, NVLS, Simple>: v2.28.3-1 all_gather.h:258-287 and reduce_scatter.h:227-256
+# (oneNode branch), v2.23.4-1 all_gather.h:113-152 and reduce_scatter.h:107-166.
+NVLS_AG_RS_ONE_NODE_STAGES = 2
 
 
 def nvls_loops(size_bytes: float, ctas: int, heads: int, nodes: int = 1,
@@ -691,8 +699,11 @@ def pipeline_fill_us(collective: str, algo: str, proto: str, size_bytes: float,
       8 heads and 32-128 KiB chunks a loop is 256 KiB-1 MiB per channel, so the
       fill is 30-60 us on 8 x H100: the mid-size ramp (half the plateau near
       16 MB instead of NCCL's ``lat x bw`` = 7 MB).
-    - other NVLS / NVLSTree calls: the piece is one chunk; NVLS 2 stages,
-      NVLSTree 2 + 2 log2(nodes) (the tree up and down); PAT log2(n).
+    - NVLS all-gather / reduce-scatter on one node: 2 stages
+      (:data:`NVLS_AG_RS_ONE_NODE_STAGES`) on the same loop of ``nHeads x chunk``
+      bytes (one chunk from or to every head): a one-loop fill.
+    - other NVLS / NVLSTree calls (across nodes): the piece is one chunk; NVLS 2
+      stages, NVLSTree 2 + 2 log2(nodes) (the tree up and down); PAT log2(n).
     - A ring has no fill: every rank sends from the first step on and NCCL's
       per-step latency already counts the steps; Tree's mid-size shortfall is
       NCCL's own ``treeCorrectionFactor``.
@@ -702,9 +713,11 @@ def pipeline_fill_us(collective: str, algo: str, proto: str, size_bytes: float,
     per_channel = algbw * 1e3 / ctas          # bytes per us
     if algo == "nvls" or algo == "nvls_tree":
         heads = g.nvls.n_channels if g.nvls is not None else 1
-        if algo == "nvls" and collective == "all_reduce" and s.n_nodes == 1:
+        if algo == "nvls" and s.n_nodes == 1:
             _, _, loop = nvls_loops(size_bytes, ctas, heads)
-            return (NVLS_ONE_NODE_STAGES - 1) * loop / per_channel
+            stages = NVLS_ONE_NODE_STAGES if collective == "all_reduce" else \
+                NVLS_AG_RS_ONE_NODE_STAGES
+            return (stages - 1) * loop / per_channel
         chunk = _nvls_chunk(size_bytes, ctas, heads, algo == "nvls_tree", s.n_nodes)
         stages = 2 if algo == "nvls" else 2 + 2 * _log2i(s.n_nodes)
     elif algo == "pat":
