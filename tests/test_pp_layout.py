@@ -50,10 +50,12 @@ def test_bad_strings_name_the_string(text):
     (dict(pp=16, num_layers=60), "61 decoder layers (t) but the model has 60"),
     (dict(pp=16, vpp=4), "mean vpp 2, but the job sets --vpp 4"),
     (dict(pp=5), "32 virtual stages do not divide by --pp 5"),
+    (dict(pp=2, text="E|L"), "no decoder layer (t) in the layout"),
 ])
 def test_layout_must_fit_the_job(kw, words):
+    text = kw.pop("text", "Et*3|(tt|)*29,m|L")
     with pytest.raises(TopologyError, match=words.replace("(", r"\(").replace(")", r"\)")):
-        layout_split("Et*3|(tt|)*29,m|L", **kw)
+        layout_split(text, **kw)
 
 
 def test_job_stages_with_a_layout():

@@ -87,6 +87,8 @@ def layout_split(text: str, pp: int, *, vpp: int | None = None,
             raise _bad(text, f"the {LETTERS[letter]} ({letter}) must come exactly once, as the "
                              f"{where} layer")
     decoders = flat.count("t")
+    if not decoders:
+        raise _bad(text, "no decoder layer (t) in the layout")
     if num_layers is not None and decoders != num_layers:
         raise _bad(text, f"{decoders} decoder layers (t) but the model has {num_layers}; the "
                          "layout must place every layer")
