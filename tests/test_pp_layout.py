@@ -100,6 +100,18 @@ def test_cli_layout_and_its_error_line():
     assert "'Et|(tt|tt|tL'" in bad.stderr and "Traceback" not in bad.output
 
 
+def test_a_layout_s_virtual_stages_count_as_vpp():
+    # Megatron takes vpp from the layout (transformer_config.py): 4 stages over pp 2 interleave
+    base = ["simulate", "--topology", "dgx-h100-superpod", "--nodes", "2", "--pp", "2",
+            "--model-bytes", "8GB", "--compute-ms", "5", "-q", "--schedule", "dist-opt",
+            "--overlap-param-gather-with-optimizer-step"]
+    ok = CliRunner().invoke(main, base + ["--pipeline-model-parallel-layout", "Ett|tt|tt|ttL"],
+                            prog_name="simharness")
+    assert ok.exit_code == 0, ok.output
+    plain = CliRunner().invoke(main, base + ["--layers", "8"], prog_name="simharness")
+    assert plain.exit_code == 2 and "needs interleaved pipelining" in plain.stderr
+
+
 @pytest.mark.parity
 def test_parity_with_megatron_core():
     import megatron_harness as H  # tests/ is on sys.path under pytest
