@@ -180,11 +180,12 @@ def test_topology_cost_columns_are_nccl_tests_and_reach_8gb():
 
 def test_launch_mode_of_a_calibration_point():
     from simharness.topology.calibration import _point
-    from simharness.topology.nccl_model import launch_overhead_us
+    from simharness.topology.nccl_model import LAUNCH_US_SINGLE_PER_GPU, launch_overhead_us
 
     # back-to-back calls: the launch shows only where it outlasts the GPU time
-    assert launch_overhead_us("single", 8) == pytest.approx(28.0)
-    assert launch_overhead_us("single", 8, gpu_time_us=25.0) == pytest.approx(3.0)
+    period = 8 * LAUNCH_US_SINGLE_PER_GPU
+    assert launch_overhead_us("single", 8) == pytest.approx(period)
+    assert launch_overhead_us("single", 8, gpu_time_us=25.0) == pytest.approx(period - 25.0)
     assert launch_overhead_us("single", 8, gpu_time_us=100.0) == 0.0
     assert launch_overhead_us("per-gpu", 8, gpu_time_us=10.0) == 0.0
     base = dict(id="x", source="s", collective="all_reduce", size=1024, topology="dgx-h100",
@@ -194,3 +195,46 @@ def test_launch_mode_of_a_calibration_point():
         _point(dict(base, launch="mpi"), "f")
     with pytest.raises(TopologyError, match="unknown launch mode 'g8'"):
         launch_overhead_us("g8", 8)
+
+
+def test_node_views_per_domain_at_scale(tmp_path):
+    """node_views counts, per NVLink domain, the group's GPUs, distinct NICs and the fewest
+    GPUs on one NIC; checked against a per-domain loop on uneven groups."""
+    import numpy as np
+
+    from simharness.topology.cost import node_views
+    from simharness.topology.loader import topology_dir
+
+    def by_loop(c, dev):
+        out = []
+        doms = c.domain_of(dev)
+        for d in np.unique(doms):
+            members = dev[doms == d]
+            _, counts = np.unique(c.nic_of(members), return_counts=True)
+            multi = np.unique(doms).size > 1
+            out.append((members.size, counts.size if multi else 0,
+                        int(counts.min()) if multi else 1))
+        return list(dict.fromkeys(out))
+
+    rng = np.random.default_rng(7)
+    # a node with 4 NICs for 8 GPUs: two GPUs share a NIC
+    text = (topology_dir() / "dgx-h100-superpod.toml").read_text()
+    assert "nics_per_node = 8" in text
+    four = tmp_path / "four-nics.toml"
+    four.write_text(text.replace("nics_per_node = 8", "nics_per_node = 4"))
+    for topo, nodes in (("dgx-h100-superpod", 64), ("gb200-nvl72-superpod", 36), (four, 16)):
+        c = load_cluster(topo, nodes)
+        cases = [np.arange(c.n_devices), np.arange(0, c.n_devices, 8), np.arange(3, 40, 3),
+                 rng.choice(c.n_devices, size=50, replace=False), np.array([5])]
+        for dev in cases:
+            got = [(v.ppn, v.nics, v.gpus_per_nic) for v in node_views(c, dev)]
+            assert got == by_loop(c, np.asarray(dev)), (topo, dev[:8])
+    c = load_cluster(four, 2)
+    assert [(v.ppn, v.nics, v.gpus_per_nic) for v in node_views(c, [0, 1, 2, 8])] == [
+        (3, 2, 1), (1, 1, 1)]
+    assert [(v.ppn, v.nics, v.gpus_per_nic) for v in node_views(c, range(16))] == [(8, 4, 2)]
+    # one domain: no NICs (NCCL removes them); uneven: ppn 2 and 1 listed once each
+    c = load_cluster("dgx-h100-superpod", 4)
+    assert [(v.ppn, v.nics) for v in node_views(c, [0, 1])] == [(2, 0)]
+    assert [(v.ppn, v.nics, v.gpus_per_nic) for v in node_views(c, [0, 1, 8, 16, 17])] == [
+        (2, 2, 1), (1, 1, 1)]

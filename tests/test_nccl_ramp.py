@@ -16,12 +16,18 @@ import pytest
 from simharness.topology import TopologyError
 from simharness.topology.calibration import (
     BW_TARGET_MIN_BYTES,
+    DEFAULT_PATH,
     CalPoint,
     CalResult,
     band_summaries,
+    evaluate,
+    fit_single_launch_us,
+    load_points,
 )
 from simharness.topology.nccl_model import (
     LAUNCH_US,
+    LAUNCH_US_SINGLE_PER_GPU,
+    NVLS_AG_RS_ONE_NODE_STAGES,
     NVLS_ONE_NODE_STAGES,
     GroupShape,
     choose,
@@ -61,6 +67,21 @@ def test_nvls_fill_is_two_stage_times_of_one_loop():
     assert 25.0 < e.ramp_us < 40.0          # 2 x 256 KiB at ~16.7 GB/s per channel
 
 
+@pytest.mark.parametrize("coll", ["all_gather", "reduce_scatter"])
+def test_nvls_all_gather_reduce_scatter_fill_one_loop(coll):
+    # forced NVLS (NCCL_ALGO=NVLS) on one node: two warp groups on a loop of nHeads x chunk
+    e = choose(H100x8, coll, 16 * MiB, algo="nvls", nccl="2.28")
+    per_channel = e.algbw_gb_per_s * 1e3 / e.n_channels
+    _, _, loop = nvls_loops(16 * MiB, e.n_channels, 8)
+    assert NVLS_AG_RS_ONE_NODE_STAGES == 2
+    assert e.ramp_us == pytest.approx(loop / per_channel)
+    assert 15.0 < e.ramp_us < 25.0          # 256 KiB at 13 GB/s per channel
+    # in bytes, half the all-reduce's two-loop fill (same loop, same 16 channels)
+    ar = choose(H100x8, "all_reduce", 16 * MiB, algo="nvls", nccl="2.28")
+    assert ar.n_channels == e.n_channels
+    assert ar.ramp_us * ar.algbw_gb_per_s == pytest.approx(2 * e.ramp_us * e.algbw_gb_per_s)
+
+
 def _half_plateau_bytes(time_of) -> int:
     plateau = 8 * 2**30 / time_of(8 * 2**30)
     return next(s for s in (2**k for k in range(16, 34)) if s / time_of(s) >= plateau / 2)
@@ -90,15 +111,39 @@ def test_no_fill_for_ring_and_tree():
 
 def test_launch_period_and_overhead():
     assert launch_period_us("per-gpu", 8) == LAUNCH_US
-    assert launch_period_us("single", 8) == pytest.approx(8 * LAUNCH_US)
+    one = LAUNCH_US_SINGLE_PER_GPU
+    assert launch_period_us("single", 8) == pytest.approx(8 * one)
+    assert launch_period_us("single", 4, single_per_gpu_us=2.0) == pytest.approx(8.0)
     # the launch overlaps the previous call: only a period longer than the GPU time shows
-    assert launch_overhead_us("single", 8, gpu_time_us=10.0) == pytest.approx(8 * LAUNCH_US - 10)
-    assert launch_overhead_us("single", 8, gpu_time_us=8 * LAUNCH_US + 1) == 0.0
+    assert launch_overhead_us("single", 8, gpu_time_us=10.0) == pytest.approx(8 * one - 10)
+    assert launch_overhead_us("single", 8, gpu_time_us=8 * one + 1) == 0.0
     assert launch_overhead_us("per-gpu", 1, gpu_time_us=0.5) == pytest.approx(LAUNCH_US - 0.5)
     with pytest.raises(TopologyError, match="unknown launch mode 'mpi'"):
         launch_period_us("mpi", 8)
     with pytest.raises(TopologyError, match="gpus_per_process must be >= 1, got 0"):
         launch_period_us("single", 0)
+
+
+def test_single_launch_cost_is_fitted_on_fit_points_only():
+    pts = load_points(DEFAULT_PATH)
+    # the shipped constant is what the fit gives on the data file
+    assert fit_single_launch_us(pts) == pytest.approx(LAUNCH_US_SINGLE_PER_GPU, abs=0.005)
+    # held-out points set nothing: make every held-out measurement 3x slower, same fit
+    slower = [p if p.split == "fit" else CalPoint(
+        p.id, p.source, p.collective, p.algo, p.size, p.topology, p.nodes, p.ranks_per_node,
+        p.split, busbw=p.busbw / 3 if p.busbw else None,
+        time_us=p.time_us * 3 if p.time_us else None, launch=p.launch) for p in pts]
+    assert fit_single_launch_us(slower) == pytest.approx(LAUNCH_US_SINGLE_PER_GPU, abs=0.005)
+    # the fit does follow its own points: a -g 8 ring point at 80 us per call -> 10 us per GPU
+    fit = CalPoint("f", "s", "all_reduce", "ring", 1024, "dgx-h100", 1, 8, "fit",
+                   time_us=80.0, launch="single")
+    assert fit_single_launch_us([fit]) == pytest.approx(10.0)
+    with pytest.raises(TopologyError, match="no fit point launched single"):
+        fit_single_launch_us([p for p in pts if p.split != "fit"])
+    # and the launch mode is the input: per-gpu keeps nccl#1984's one launch per call
+    r = evaluate(CalPoint("g", "s", "all_reduce", "ring", 1024, "dgx-h100", 1, 8, "heldout",
+                          time_us=20.0, launch="per-gpu"))
+    assert r.predicted < 8 * LAUNCH_US_SINGLE_PER_GPU
 
 
 def _result(size, metric, measured, predicted):

@@ -549,6 +549,10 @@ def with_model(f):
               default=None, help="Count the embedding as a layer of the first stage.")
 @click.option("--account-for-loss-in-pipeline-split", "acc_loss", is_flag=True, default=None,
               help="Count the loss as a layer of the last stage.")
+@click.option("--pipeline-model-parallel-layout", "pp_layout", default=None,
+              help="Megatron's layer layout, e.g. 'Et*3|(tt|)*29,m|L' (E embedding, t layer, "
+                   "m MTP layer (not priced), L loss, | between pp x vpp virtual stages); it "
+                   "places every layer (--layers defaults to its t count).")
 @click.option("--grad-scale", type=click.FloatRange(min=0), default=1.0, show_default=True,
               help="Gradient bytes per parameter byte (2 for fp32 grads of bf16 params).")
 @click.option("--rs-kind", default="dp_cp", show_default=True,
@@ -575,8 +579,8 @@ def simulate_cmd(topology, hosts, first_device, model_bytes, expert_bytes, layer
                  schedule,
                  opt_step, compute_ms, mfu, peak_tflops, micro_batch_size, seq_length,
                  bytes_per_param, first_layers, last_layers, acc_embedding, acc_loss,
-                 grad_scale, rs_kind, ag_kind, nccl, comm_memory_mb, collnet, launch_queue,
-                 explain, fmt, quiet, **kwargs):
+                 pp_layout, grad_scale, rs_kind, ag_kind, nccl, comm_memory_mb, collnet,
+                 launch_queue, explain, fmt, quiet, **kwargs):
     model_fields = {name: kwargs.pop(name) for _, name, _ in _MODEL_FLAGS}
     hosts_list = read_hosts(hosts) if hosts else None
     layout, cluster = _layout_and_cluster(topology, kwargs, hosts_list=hosts_list,
@@ -586,7 +590,7 @@ def simulate_cmd(topology, hosts, first_device, model_bytes, expert_bytes, layer
                            micro_batch_size=micro_batch_size, seq_length=seq_length,
                            bytes_per_param=bytes_per_param, first=first_layers,
                            last=last_layers, embedding=acc_embedding, loss=acc_loss,
-                           expert_bytes=expert_bytes)
+                           expert_bytes=expert_bytes, pp_layout=pp_layout)
     rep = simulate_report(layout, cluster, hosts=hosts_list, first_device=first_device,
                           stages=stages, schedule=schedule, compute_ms=compute_ms, mfu=mfu,
                           peak_tflops=peak_tflops, grad_scale=grad_scale,

@@ -30,7 +30,13 @@ else:  # Python 3.10: the tomli backport, a dependency there
 from .cost import predict
 from .errors import TopologyError
 from .loader import load_cluster, topology_dir
-from .nccl_model import DEFAULT_NCCL, LAUNCH_MODES, bus_factor, launch_overhead_us
+from .nccl_model import (
+    DEFAULT_NCCL,
+    LAUNCH_MODES,
+    LAUNCH_US_SINGLE_PER_GPU,
+    bus_factor,
+    launch_overhead_us,
+)
 
 DEFAULT_PATH = topology_dir() / "calibration" / "nccl_calibration.toml"
 BW_TOLERANCE = 0.15   # issue 8: +-15 % on bandwidth
@@ -163,25 +169,68 @@ def load_points(path: str | Path = DEFAULT_PATH) -> list[CalPoint]:
     return [_point(raw, f"{path} point #{i + 1}") for i, raw in enumerate(data.get("point", []))]
 
 
-def evaluate(point: CalPoint, nccl: str | None = None) -> CalResult:
-    """The model's prediction for one point (same metric as the measurement).
-
-    The NCCL release is the point's own (:func:`_version`) unless ``nccl`` is given;
-    back-to-back calls take at least the launch period (:func:`.nccl_model.launch_period_us`:
-    one process driving N GPUs launches N kernels per call).
-    """
+def _gpu_time_us(point: CalPoint, nccl: str | None = None) -> tuple[float, str]:
+    """The model's GPU time of one call (no launch) and NCCL's pick."""
     cluster = load_cluster(point.topology, point.nodes)
     dev = point.devices(cluster.gpus_per_node)
     algo = None if point.algo == "default" else point.algo
     est = predict(cluster, dev, point.collective, point.size, algo=algo,
                   nccl=nccl or _version(point))
-    time_us = est.time_us + launch_overhead_us(point.launch_mode, point.ranks_per_node,
-                                               gpu_time_us=est.time_us)
+    return est.time_us, est.pick
+
+
+def _value(point: CalPoint, time_us: float) -> float:
+    """A call time expressed in the point's metric (busbw or time)."""
     if point.metric == "busbw":
-        value = point.size / (time_us * 1e3) * bus_factor(point.collective, len(dev))
-    else:
-        value = time_us
-    return CalResult(point, float(value), est.pick)
+        n = len(point.devices(1))
+        return point.size / (time_us * 1e3) * bus_factor(point.collective, n)
+    return time_us
+
+
+def evaluate(point: CalPoint, nccl: str | None = None,
+             single_per_gpu_us: float = LAUNCH_US_SINGLE_PER_GPU) -> CalResult:
+    """The model's prediction for one point (same metric as the measurement).
+
+    The NCCL release is the point's own (:func:`_version`) unless ``nccl`` is given;
+    back-to-back calls take at least the launch period (:func:`.nccl_model.launch_period_us`:
+    one process driving N GPUs launches N kernels per call, ``single_per_gpu_us`` each).
+    """
+    gpu_us, pick = _gpu_time_us(point, nccl)
+    time_us = gpu_us + launch_overhead_us(point.launch_mode, point.ranks_per_node,
+                                          gpu_time_us=gpu_us,
+                                          single_per_gpu_us=single_per_gpu_us)
+    return CalResult(point, float(_value(point, time_us)), pick)
+
+
+FIT_LAUNCH_MAX_BYTES = float(1 << 20)  # the launch-bound range the single-launch fit sees
+
+
+def fit_single_launch_us(points: list[CalPoint]) -> float:
+    """``LAUNCH_US_SINGLE_PER_GPU`` fitted on the ``fit`` points only, us.
+
+    Over every point with ``split == "fit"``, ``launch == "single"`` and size
+    below 1 MB, the per-GPU launch cost L that minimises the sum of squared
+    log(predicted / measured time), predicted = ``max(GPU time, N x L)``; a grid of
+    0.01 us over 1-10 us. Held-out points are ignored, whatever they say.
+
+    >>> round(fit_single_launch_us(load_points(DEFAULT_PATH)), 2) == LAUNCH_US_SINGLE_PER_GPU
+    True
+    """
+    rows = []
+    for p in points:
+        if p.split != "fit" or p.launch != "single" or p.size >= FIT_LAUNCH_MAX_BYTES:
+            continue
+        gpu_us, _ = _gpu_time_us(p)
+        measured_us = p.measured if p.metric == "time_us" else _value(p, 1.0) / p.measured
+        rows.append((gpu_us, measured_us, p.ranks_per_node))
+    if not rows:
+        raise TopologyError("no fit point launched single (-g N) below 1 MB: nothing to fit "
+                            "the per-GPU launch cost on")
+    gpu, meas, n = (np.array(x, dtype=float) for x in zip(*rows, strict=True))
+    grid = np.arange(100, 1001) / 100.0
+    pred = np.maximum(gpu[None, :], n[None, :] * grid[:, None])
+    cost = (np.log(pred / meas[None, :]) ** 2).sum(axis=1)
+    return float(grid[int(np.argmin(cost))])
 
 
 @dataclass(frozen=True)

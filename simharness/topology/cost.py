@@ -286,29 +286,31 @@ def node_views(cluster: Cluster, devices) -> tuple[NodeView, ...]:
     Domains that look alike are listed once (NCCL keeps the worst of all).
     """
     spec = cluster.spec
-    dev = np.asarray(devices, dtype=np.int64)
-    dom = cluster.domain_of(dev)
+    dev = np.asarray(devices, dtype=np.int64).ravel()
     nvl = spec.scale_up.bandwidth_gb_per_s * spec.scale_up.efficiency
     so = spec.scale_out
-    one_domain = np.unique(dom).size == 1
-    views = []
-    for d in np.unique(dom):
-        members = dev[dom == d]
-        nics = 0
-        per_nic = 1
-        if so is not None and not one_domain:
-            nic_ids = cluster.nic_of(members)
-            uniq, counts = np.unique(nic_ids, return_counts=True)
-            nics = int(uniq.size)
-            per_nic = int(counts.min())
-        assert spec.node.arch is not None
-        views.append(NodeView(
-            arch=spec.node.arch, ppn=int(members.size), nvlink_gb_per_s=nvl, nics=nics,
-            gpus_per_nic=per_nic,
-            nic_gb_per_s=so.speed_gbit_per_s / 8.0 if so is not None else 0.0,
-            pci_gb_per_s=so.pcie_gb_per_s * PCI_NCCL_PER_RAW if so is not None else 0.0,
-            pxn=bool(so.pxn) if so is not None else False, nvswitch=True,
-            nvls=spec.scale_up.nvls))
+    # one pass over all devices (a 16,384-GPU group spans 2,048 domains): per domain the
+    # group's GPUs, its distinct NICs and the fewest GPUs sharing one of them
+    doms, inv, ppn = np.unique(cluster.domain_of(dev), return_inverse=True, return_counts=True)
+    nics = np.zeros(doms.size, dtype=np.int64)
+    per_nic = np.ones(doms.size, dtype=np.int64)
+    if so is not None and doms.size > 1:
+        nic = cluster.nic_of(dev) + 1   # -1 (no NIC) counts as one, as np.unique did
+        span = int(nic.max()) + 1
+        keys, counts = np.unique(inv.astype(np.int64) * span + nic, return_counts=True)
+        key_dom = keys // span
+        nics = np.bincount(key_dom, minlength=doms.size)
+        per_nic = np.minimum.reduceat(counts, np.searchsorted(key_dom, np.arange(doms.size)))
+    rows = np.stack([ppn, nics, per_nic], axis=1)
+    _, first = np.unique(rows, axis=0, return_index=True)
+    assert spec.node.arch is not None
+    views = [NodeView(
+        arch=spec.node.arch, ppn=int(rows[i, 0]), nvlink_gb_per_s=nvl, nics=int(rows[i, 1]),
+        gpus_per_nic=int(rows[i, 2]),
+        nic_gb_per_s=so.speed_gbit_per_s / 8.0 if so is not None else 0.0,
+        pci_gb_per_s=so.pcie_gb_per_s * PCI_NCCL_PER_RAW if so is not None else 0.0,
+        pxn=bool(so.pxn) if so is not None else False, nvswitch=True,
+        nvls=spec.scale_up.nvls) for i in sorted(first)]
     return tuple(dict.fromkeys(views))
 
 

@@ -902,7 +902,7 @@ def _memories(layout, spec, crow: Sequence[CollRow], combo, pr: _Pricer, nccl: s
 
 
 def _check_inputs(cfg, schedule: str, grad_scale: float, bytes_per_param: float,
-                  comm_memory_mb: float | None, opt_step: bool) -> None:
+                  comm_memory_mb: float | None, opt_step: bool, vpp: int = 1) -> None:
     if schedule not in SCHEDULES:
         raise TopologyError(f"unknown --schedule {schedule!r}; expected one of "
                             f"{', '.join(SCHEDULES)}")
@@ -914,8 +914,7 @@ def _check_inputs(cfg, schedule: str, grad_scale: float, bytes_per_param: float,
         if schedule != "dist-opt":
             raise TopologyError("--overlap-param-gather-with-optimizer-step belongs to "
                                 "--schedule dist-opt")
-        if int(cfg.virtual_pipeline_model_parallel_size or 1) < 2 or \
-                int(cfg.pipeline_model_parallel_size) < 2:
+        if vpp < 2 or int(cfg.pipeline_model_parallel_size) < 2:
             raise TopologyError("--overlap-param-gather-with-optimizer-step needs interleaved "
                                 "pipelining (Megatron: 'only supported with interleaved "
                                 "pipeline parallelism'); give --pp >= 2 and --vpp >= 2, or "
@@ -946,8 +945,11 @@ def simulate(layout, placement: Placement, *, stages: Sequence[StageWork],
     """
     cfg = layout.config
     spec = placement.cluster.spec
+    # virtual chunks: --vpp, or what a pipeline_model_parallel_layout string gave the stages
+    vpp = max(int(cfg.virtual_pipeline_model_parallel_size or 1),
+              max((len(st.layers) for st in stages), default=1))
     _check_inputs(cfg, schedule, grad_scale, bytes_per_param, comm_memory_mb,
-                  param_gather_with_optimizer_step)
+                  param_gather_with_optimizer_step, vpp)
     nccl = nccl_version(nccl)
     fwd, how = compute_times(stages, spec, compute_ms=compute_ms, mfu=mfu,
                              peak_tflops=peak_tflops)

@@ -44,6 +44,7 @@ from pathlib import Path
 from typing import Any
 
 from .errors import TopologyError
+from .pp_layout import expand_layout, layout_split
 
 # ---------------------------------------------------------------- the model
 
@@ -600,6 +601,33 @@ def _pipeline_options(cfg, **given) -> dict[str, Any]:
     return out
 
 
+def _layout_option(cfg, given: str | None, pipe: dict[str, Any]) -> str | None:
+    """The layout string from the flag, else from ``cfg``; Megatron refuses it beside
+    num_layers_in_first/last_pipeline_stage or account_for_embedding/loss_in_pipeline_split."""
+    have = getattr(cfg, "pipeline_model_parallel_layout", None)
+    if given is not None and have is not None and str(have) != given:
+        raise TopologyError(f"--pipeline-model-parallel-layout {given!r} contradicts "
+                            f"pipeline_model_parallel_layout={have!r} in the configuration; "
+                            "give one")
+    text = given if given is not None else have
+    if text is None:
+        return None
+    if not isinstance(text, str):
+        raise TopologyError(f"pipeline_model_parallel_layout must be a layout string such as "
+                            f"'Et*3|(tt|)*29,m|L', got {text!r}")
+    clash = [k for k in ("first", "last") if pipe[k] is not None] + \
+        [k for k in ("embedding", "loss") if pipe[k]]
+    if clash:
+        names = {"first": "num_layers_in_first_pipeline_stage",
+                 "last": "num_layers_in_last_pipeline_stage",
+                 "embedding": "account_for_embedding_in_pipeline_split",
+                 "loss": "account_for_loss_in_pipeline_split"}
+        raise TopologyError(f"pipeline_model_parallel_layout {text!r} cannot be combined with "
+                            f"{', '.join(names[k] for k in clash)} (Megatron refuses it); the "
+                            "layout already places every layer, keep one")
+    return text
+
+
 def _check_bytes(model_bytes, layers, pp: int) -> None:
     if isinstance(model_bytes, bool) or not isinstance(model_bytes, (int, float)):
         raise TopologyError(f"--model-bytes must be a byte count, got {model_bytes!r}")
@@ -658,11 +686,14 @@ def job_stages(cfg, *, model_bytes: float | None = None, layers: int | None = No
                micro_batch_size: int | None = None, seq_length: int | None = None,
                bytes_per_param: float = 2.0, first: int | None = None, last: int | None = None,
                embedding: bool | None = None, loss: bool | None = None,
-               expert_bytes: float | None = None
+               expert_bytes: float | None = None, pp_layout: str | None = None
                ) -> tuple[tuple[StageWork, ...], ModelSpec | None]:
     """The stages of the job described by ``cfg`` (a ParallelismConfig) and either
     ``model_bytes`` + ``layers`` or a model description (``model_fields`` and/or
-    ``model_config``); pipeline options given here must agree with ``cfg``'s."""
+    ``model_config``); pipeline options given here must agree with ``cfg``'s.
+    ``pp_layout`` (or ``cfg.pipeline_model_parallel_layout``): Megatron's layout string
+    (:mod:`.pp_layout`), which then places every layer; with ``model_bytes`` it also gives
+    ``layers`` when that is not given."""
     given = {k: v for k, v in (model_fields or {}).items() if v is not None}
     # --moe-first-dense-layers also shapes raw bytes (which layers hold expert bytes)
     described = bool(set(given) - ({"moe_first_dense_layers"} if model_bytes is not None
@@ -678,29 +709,37 @@ def job_stages(cfg, *, model_bytes: float | None = None, layers: int | None = No
     pipe = _pipeline_options(cfg, first=first, last=last, embedding=embedding, loss=loss)
     pp = int(cfg.pipeline_model_parallel_size)
     vpp = cfg.virtual_pipeline_model_parallel_size
+    pp_layout = _layout_option(cfg, pp_layout, pipe)
+    if pp_layout is not None and layers is None and model_bytes is not None:
+        layers = "".join(expand_layout(pp_layout)).count("t")  # the layout places them all
+
+    def split(num_layers: int) -> tuple[tuple[range, ...], ...]:
+        if pp_layout is not None:
+            return layout_split(pp_layout, pp, vpp=vpp, num_layers=num_layers)
+        return pipeline_split(num_layers, pp, vpp=vpp, **pipe)
     tp = int(cfg.tensor_model_parallel_size)
     ep = int(getattr(cfg, "expert_model_parallel_size", 1) or 1)
     etp = int(getattr(cfg, "expert_tensor_parallel_size", None) or tp)
     if model_bytes is not None:
-        _check_bytes(model_bytes, layers, pp)
+        _check_bytes(model_bytes, layers, 1 if pp_layout is not None else pp)
         assert layers is not None
         expert = _check_expert_bytes(expert_bytes, model_bytes, ep, layers,
                                      given.get("moe_first_dense_layers") or 0)
-        return bytes_work(float(model_bytes), layers, pipeline_split(layers, pp, vpp=vpp, **pipe),
+        return bytes_work(float(model_bytes), layers, split(layers),
                           tp=tp, expert_bytes=expert, ep=ep, etp=etp,
                           first_dense=given.get("moe_first_dense_layers") or 0), None
     if expert_bytes is not None:
         raise TopologyError("--expert-bytes goes with --model-bytes; a model description "
                             "gives the expert parameters itself")
     model = _described_model(given, model_config, layers)
-    if model.num_layers < pp:
+    if model.num_layers < pp and pp_layout is None:
         raise TopologyError(f"the model's {model.num_layers} layers are fewer than the {pp} "
                             "pipeline stages")
     if model.num_moe_experts and model.num_moe_experts % ep:
         raise TopologyError(f"num_moe_experts {model.num_moe_experts} is not divisible by --ep "
                             f"{ep}")
     tokens = micro_batch_size * seq_length if micro_batch_size and seq_length else None
-    return stage_work(model, pipeline_split(model.num_layers, pp, vpp=vpp, **pipe), tp=tp,
+    return stage_work(model, split(model.num_layers), tp=tp,
                       cp=int(cfg.context_parallel_size), ep=ep,
                       etp=etp,
                       bytes_per_param=bytes_per_param, tokens=tokens,
