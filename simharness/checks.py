@@ -231,8 +231,8 @@ def check_orthogonality(w: _World) -> list[Finding]:
             out.append(Finding(
                 "orthogonality", "error",
                 f"{a} group {lay.groups(a)[ga].tolist()} and {b} group {lay.groups(b)[gb].tolist()}"
-                f" share more than one rank ({len(bad_keys)} such pair(s)); an {a} and a {b} "
-                f"group must meet in at most one rank", _ranks(ranks), (a, b)))
+                f" share more than one rank ({len(bad_keys)} such pair(s)); any {a} group and any "
+                f"{b} group must meet in at most one rank", _ranks(ranks), (a, b)))
     return out
 
 
