@@ -20,8 +20,8 @@ from dataclasses import dataclass, field
 from ..errors import SimharnessError, whole_number_problem
 from ..launch.launcher import LaunchResult, LaunchSpec, launch
 from ..resources import MIB, available_memory, proc_kib
-from .plugin import ENV_DIR, ENV_DONE, ENV_ROUND, ENV_TIMEOUT, HANG_EXIT
-from .verdicts import Verdict, exit_code, read_records, verdict
+from .plugin import ENV_DIR, ENV_DONE, ENV_GRACE, ENV_ROUND, ENV_TIMEOUT, GRACE_S, HANG_EXIT
+from .verdicts import Verdict, _span, exit_code, not_started, read_records, verdict
 
 #: Extra MiB per rank over this process's own RSS (torch imported): pytest, the test
 #: modules, gloo's buffers and threads. Measured peaks are printed after each run.
@@ -96,6 +96,7 @@ class RunSpec:
     results_dir: str | None = None
     log_dir: str | None = None
     max_rounds: int = 1000
+    grace_s: float = GRACE_S  # how long ranks may stay in a test another rank skipped
 
     def __post_init__(self):
         for name, low in (("nproc_per_node", 1), ("nnodes", 1), ("max_rounds", 1)):
@@ -104,6 +105,8 @@ class RunSpec:
                 raise RunError(problem)
         if not self.timeout_s > 0:
             raise RunError(f"timeout_s must be > 0, got {self.timeout_s!r}")
+        if not self.grace_s > 0:
+            raise RunError(f"grace_s must be > 0, got {self.grace_s!r}")
         if self.nnodes > 1 and not self.results_dir:
             raise RunError(f"nnodes {self.nnodes} needs a results directory every node can "
                            f"write (--results-dir on a shared filesystem)")
@@ -124,6 +127,7 @@ class RunReport:
     interrupted: int | None = None
     peak_rss_kib: dict[int, int] = field(default_factory=dict)
     shim_ignored: tuple[str, ...] = ()
+    not_run: int = 0  # tests left when a rank's session ended early (see ``not_started``)
 
     @property
     def exit_code(self) -> int:
@@ -227,7 +231,7 @@ def run_pytest(spec: RunSpec, on_verdict: Callable[[Verdict], None] | None = Non
             shutil.rmtree(root, ignore_errors=True)
     return RunReport(tuple(runner.judged.values()), spec.world_size, rounds,
                      time.monotonic() - t0, runner.interrupted, runner.peaks,
-                     tuple(sorted(runner.ignored)))
+                     tuple(sorted(runner.ignored)), runner.not_run)
 
 
 class _Runner:
@@ -241,6 +245,7 @@ class _Runner:
         self.peaks: dict[int, int] = {}
         self.interrupted: int | None = None
         self.ignored: set[str] = set()
+        self.not_run = 0
 
     def emit(self, v: Verdict) -> None:
         with self.lock:
@@ -269,7 +274,7 @@ class _Runner:
         log_dir = (os.path.join(spec.log_dir, f"round{rnd.number}") if spec.log_dir
                    else os.path.join(rnd.dir, "logs"))
         env = {ENV_DIR: rnd.dir, ENV_DONE: done_file, ENV_TIMEOUT: str(spec.timeout_s),
-               ENV_ROUND: str(rnd.number)}
+               ENV_ROUND: str(rnd.number), ENV_GRACE: str(spec.grace_s)}
         # no cache writes from W processes at once; no per-process random test order
         target = ("-m", "pytest", "-p", "simharness.runtests.plugin", "-p", "no:cacheprovider",
                   "-p", "no:randomly", *spec.pytest_args)
@@ -301,6 +306,7 @@ class _Runner:
         problem = _first_error(recs)
         if problem:
             raise RunError(problem)
+        _collection_hang(recs, spec.timeout_s)
         order = _order(recs)
         if rnd.number == 0 and order == []:
             err = RunError("the pytest arguments select no tests (pytest's exit status 5): "
@@ -313,6 +319,11 @@ class _Runner:
         if not pending:
             return True
         stuck_on = pending[0]
+        waiting = _tests_by_rank(recs, "diverged").get(stuck_on, {})
+        if waiting:  # a rank's session ended before this test: stop, as pytest -x does
+            self.emit(not_started(stuck_on, waiting, world))
+            self.not_run = len(pending) - 1
+            return True
         hangs = _tests_by_rank(recs, "hang").get(stuck_on, {})
         tests = _tests_by_rank(recs, "test").get(stuck_on, {})
         if not hangs and len(tests) < world and all(x.exitcode == 0 for x in result.ranks):
@@ -321,6 +332,25 @@ class _Runner:
         lost = {} if hangs else _lost(result, set(tests), world, log_dir, spec.nproc_per_node)
         self.emit(verdict(stuck_on, tests, world, hangs=hangs, lost=lost))
         return False
+
+
+def _collection_hang(recs: dict[int, list[dict]], timeout_s: float) -> None:
+    """Raise :class:`RunError` (``.stacks``: the stuck ranks' stacks) when a rank's watchdog
+    fired while it was still collecting the tests."""
+    hangs = {r: row for r, rows in recs.items() for row in rows
+             if row.get("kind") == "hang" and row.get("nodeid") == "(collection)"}
+    stuck = sorted(r for r, h in hangs.items() if h.get("state") == "collecting")
+    if not stuck:
+        return
+    waiting = sorted(set(hangs) - set(stuck))
+    err = RunError(f"collecting the tests hung on ranks {_span(stuck)} (past {timeout_s:g}s, "
+                   f"--timeout)" + (f"; ranks {_span(waiting)} had collected and waited for "
+                                    f"them" if waiting else "")
+                   + "; the stuck ranks' stacks are printed above")
+    err.stacks = "\n".join(  # type: ignore[attr-defined]
+        f"--- rank {r} stack (collecting) ---\n{hangs[r].get('stack', '').rstrip()}"
+        for r in stuck)
+    raise err
 
 
 def _poll(rnd: _Round, judge: Callable[[dict[int, list[dict]]], None],
