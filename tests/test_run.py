@@ -232,3 +232,50 @@ def test_a_hang_while_collecting_names_the_stuck_rank_with_its_stack():
     assert re.search(r"collect_hang.py\", line \d+, in <module>\n\s+time.sleep\(3600\)",
                      out.stderr), out.stderr
     assert "Traceback" not in out.stderr
+
+
+TORCH_SUITE = "torch-2.13.0-distributed_test"
+
+
+def _upstream_suites():
+    sys.path.insert(0, str(ROOT / "tests"))
+    try:
+        import upstream_suites
+    finally:
+        sys.path.pop(0)
+    return upstream_suites
+
+
+def test_torch_suite_pins_match_the_installed_wheel():
+    """The torch distributed tests come from the registry wheel the test venv installs;
+    their sha256 pins hold for it (another torch is "needs the files", never run)."""
+    import torch
+
+    us = _upstream_suites()
+    suite = us.SUITES[TORCH_SUITE]
+    if torch.__version__.split("+")[0] != "2.13.0":
+        assert us.cached(suite) is None and us.mismatches(suite)
+        pytest.skip(f"torch {torch.__version__} is not the pinned 2.13.0")
+    assert us.mismatches(suite) == []
+    assert us.cached(suite) == Path(torch.__file__).resolve().parent.parent
+    assert torch.version.git_version == suite.commit
+
+
+@pytest.mark.launch
+def test_torch_own_distributed_tests_unedited_on_three_ranks():
+    """Four of torch's own DistributedTest tests (default and new groups, subgroups,
+    destroying a group), unedited, through the driver, on 3 CPU ranks."""
+    us = _upstream_suites()
+    if us.cached(us.SUITES[TORCH_SUITE]) is None:
+        pytest.skip("the installed torch is not the pinned 2.13.0 wheel")
+    out = simharness("run", "-n", "3", "--timeout", "100", "--", "pytest", "-q", "-o",
+                     "addopts=", "-p", "no:randomly", "examples/run/torch_distributed_driver.py",
+                     "-k", "test_get_rank_size_full_group or test_all_gather_object_subgroup "
+                           "or test_destroy_group or test_all_reduce_full_group_sum")
+    text = out.stdout
+    assert out.returncode == 0, text + out.stderr
+    got = sorted(re.findall(r"^PASSED\s+[\d.]+s\s+\S+::TestDistBackendOnRanks::(\w+)$", text,
+                            re.M))
+    assert got == ["test_all_gather_object_subgroup", "test_all_reduce_full_group_sum",
+                   "test_destroy_group", "test_get_rank_size_full_group"], text
+    assert "4 passed, 0 failed, 0 skipped, 0 hung in" in text
