@@ -29,13 +29,13 @@ import sys
 import time
 
 from simharness.runtests.runner import RunSpec, cores, memory_plan, run_pytest
-from simharness.runtests.verdicts import counts
+from simharness.runtests.verdicts import counts, junit_xml
 
 DEFAULT = (("examples/run/megatron_cases.py", 8), ("examples/run/dist_cases.py", 4))
 
 
 def bench_file(path: str, ranks: int, timeout: float, cwd: str | None = None,
-               extra: tuple[str, ...] = ()) -> dict:
+               extra: tuple[str, ...] = (), shim: bool = True) -> dict:
     """One file's run: counts, rounds, wall and CPU seconds, peak RSS per rank (MiB)."""
     old = os.getcwd()
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
@@ -45,7 +45,7 @@ def bench_file(path: str, ranks: int, timeout: float, cwd: str | None = None,
             os.chdir(cwd)
         own = ("-o", "addopts=", "--rootdir", ".") if cwd else ()  # not this project's ini
         rep = run_pytest(RunSpec((path, "-q", "-W", "ignore::UserWarning", *own, *extra),
-                                 ranks, timeout_s=timeout))
+                                 ranks, timeout_s=timeout, shim=shim))
     finally:
         os.chdir(old)
     wall = time.monotonic() - t0
@@ -55,6 +55,7 @@ def bench_file(path: str, ranks: int, timeout: float, cwd: str | None = None,
     peak = max(rep.peak_rss_kib.values(), default=0) // 1024
     per_test = [v.duration for v in rep.verdicts if v.outcome != "hung"]
     return {"file": path, "ranks": ranks, "tests": len(rep.verdicts), **c,
+            "verdicts": rep.verdicts,
             "rounds": rep.rounds, "wall_s": wall, "children_cpu_s": cpu,
             "peak_rss_mib": peak,
             "slowest_test_s": max(per_test, default=0.0),
@@ -70,6 +71,8 @@ def main(argv=None) -> int:
     ap.add_argument("--timeout", type=float, default=60.0, help="per-test hang timeout (s)")
     ap.add_argument("--upstream", action="store_true",
                     help="also the pinned upstream suites (tests/upstream_suites.py)")
+    ap.add_argument("--no-shim", action="store_true", help="run the ranks without the GPU shim")
+    ap.add_argument("--junit-dir", help="write each file's verdicts as JUnit XML here")
     ap.add_argument("--suite", action="append", default=[],
                     help="only this upstream suite (repeatable; no default files)")
     args = ap.parse_args(argv)
@@ -98,7 +101,12 @@ def main(argv=None) -> int:
           f"{'gpu':>3} {'hung':>4} {'div':>3} {'rnds':>4} {'wall s':>7} {'cpu s':>7} "
           f"{'rss MiB':>7} {'load':>5}")
     for path, ranks, cwd, extra in jobs:
-        r = bench_file(path, ranks, args.timeout, cwd, extra)
+        r = bench_file(path, ranks, args.timeout, cwd, extra, not args.no_shim)
+        if args.junit_dir:
+            os.makedirs(args.junit_dir, exist_ok=True)
+            name = os.path.splitext(os.path.basename(path))[0] + ".xml"
+            with open(os.path.join(args.junit_dir, name), "w", encoding="utf-8") as fh:
+                fh.write(junit_xml(r.pop("verdicts"), wall_s=r["wall_s"], world=ranks))
         print(f"{os.path.basename(r['file'])[:45]:45} {r['ranks']:>2} {r['tests']:>5} "
               f"{r['passed']:>4} {r['failed']:>4} {r['skipped']:>4} {r['needs_gpu']:>3} "
               f"{r['hung']:>4} {r['diverged']:>3} {r['rounds']:>4} {r['wall_s']:>7.1f} "

@@ -11,10 +11,11 @@ more:
   of this node) and ``INIT_METHOD`` (default ``env://``) set before the module is imported,
   as ``test_distributed_spawn.py`` and ``run_test.py`` do;
 - ``self.rank`` / ``self.world_size`` / ``self.file_name`` as ``TestDistBackend`` gives
-  them; the default group initialised once (``env://``, the ranks' rendezvous) and again
-  when a test destroyed it;
-- per test, the file barrier reset and a barrier before and after the body (as
-  ``TestDistBackend._run`` does);
+  them;
+- per test, as ``TestDistBackend._run`` does: a new default group (gloo, on the ranks'
+  rendezvous store under a key prefix of its own, so no test sees another's keys or a
+  group another test broke), the file barrier reset, a barrier before and after the body,
+  and the default group destroyed at the end;
 - a test that ends its process with one of ``TEST_SKIPS``' exit codes (torch's
   ``skip_if_lt_x_gpu`` and friends call ``sys.exit``) is a skip with that message, as
   ``MultiProcessTestCase`` reports it; any other ``sys.exit`` is a failure.
@@ -48,11 +49,20 @@ from torch.testing._internal.distributed import distributed_test as _dt  # noqa:
 _SKIP_BY_CODE = {skip.exit_code: skip.message for skip in TEST_SKIPS.values()}
 
 
-def _ensure_default_group(test_name: str) -> None:
+_STORE: list = []  # one client of the ranks' rendezvous store, made on first use
+
+
+def _new_default_group(test_name: str) -> None:
+    """The default group for one test, as ``TestDistBackend._run`` makes it (a fresh one)."""
     if dist.is_initialized():
-        return
+        dist.destroy_process_group()
     seconds = _dt.CUSTOM_PG_TIMEOUT.get(test_name, _dt.default_pg_timeout)
-    dist.init_process_group(backend=_dt.BACKEND, init_method="env://",
+    if not _STORE:
+        _STORE.append(dist.TCPStore(os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"]),
+                                    None, False, timeout=timedelta(seconds=300)))
+    store = dist.PrefixStore(f"torch-distributed-test/{test_name}/", _STORE[0])
+    dist.init_process_group(backend=_dt.BACKEND, store=store, rank=int(os.environ["RANK"]),
+                            world_size=int(os.environ["WORLD_SIZE"]),
                             timeout=timedelta(seconds=seconds))
 
 
@@ -81,7 +91,7 @@ class TestDistBackendOnRanks(TestCase, _dt.DistributedTest._DistTestBase):
 
     def setUp(self) -> None:
         super().setUp()
-        _ensure_default_group(self._testMethodName)
+        _new_default_group(self._testMethodName)
         # TestDistBackend.setUp's Barrier.init(), with the ranks in step: every rank
         # starts from barrier id 0 and an empty barrier directory
         dist.barrier()
@@ -95,6 +105,7 @@ class TestDistBackendOnRanks(TestCase, _dt.DistributedTest._DistTestBase):
         try:
             if dist.is_initialized():
                 self._barrier()
+                dist.destroy_process_group()
         finally:
             super().tearDown()
 
