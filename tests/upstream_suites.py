@@ -96,7 +96,8 @@ def package_root(suite: Suite) -> Path | None:
     spec = importlib.util.find_spec(name)
     if spec is None or spec.origin is None:
         return None
-    from importlib.metadata import PackageNotFoundError, version as installed
+    from importlib.metadata import PackageNotFoundError
+    from importlib.metadata import version as installed
 
     try:
         if installed(name).split("+")[0] != version:

@@ -169,9 +169,9 @@ def register(main):
         only if it passed on every rank; failed with the first failing rank's traceback;
         skipped (a call that needs a real GPU is "skipped: needs GPU"); hung, with the
         stuck ranks' stacks, after which the rest of the file goes on; or diverged, when
-        the ranks did not all run it (a rank-dependent skip; -x stopping one rank). The exit status is
-        pytest's (0, 1, 2 interrupted, 5 no tests). With a script, each rank's output is
-        prefixed [rankN]: and the status is the first failing rank's.
+        the ranks did not all run it (a rank-dependent skip; -x stopping one rank). The
+        exit status is pytest's (0, 1, 2 interrupted, 5 no tests). With a script, each
+        rank's output is prefixed [rankN]: and the status is the first failing rank's.
 
         \b
         Examples:
