@@ -222,12 +222,12 @@ def test_ranks_that_diverge_are_reported_without_waiting_for_the_timeout():
 
 @pytest.mark.launch
 def test_a_hang_while_collecting_names_the_stuck_rank_with_its_stack():
-    out = simharness("run", "-n", "2", "--timeout", "3", "--", "pytest", "-q", "-p",
+    out = simharness("run", "-n", "2", "--collect-timeout", "3", "--", "pytest", "-q", "-p",
                      "no:randomly", "examples/run/collect_hang.py")
     errors = [ln for ln in out.stderr.splitlines() if ln.startswith("error:")]
     assert out.returncode == 2, out.stdout + out.stderr
-    assert errors == ["error: collecting the tests hung on ranks 1 (past 3s, --timeout); the "
-                      "stuck ranks' stacks are printed above"], out.stderr
+    assert errors == ["error: collecting the tests hung on ranks 1 (past 3s, "
+                      "--collect-timeout); the stuck ranks' stacks are printed above"], out.stderr
     assert "--- rank 1 stack (collecting) ---" in out.stderr
     assert re.search(r"collect_hang.py\", line \d+, in <module>\n\s+time.sleep\(3600\)",
                      out.stderr), out.stderr

@@ -146,6 +146,10 @@ def register(main):
                   show_default=True,
                   help="Seconds ranks may stay in a test that another rank skipped before it "
                        "is reported diverged (a skip that depends on the rank).")
+    @click.option("--collect-timeout", "collect_timeout", type=click.FloatRange(min=0.1),
+                  default=300.0, show_default=True,
+                  help="Seconds a rank may take to collect the tests (imports included); "
+                       "past it the run ends naming the stuck ranks, with their stacks.")
     @click.option("--junit-xml", "junit", type=click.Path(dir_okay=False), default=None,
                   help="Write the verdicts as JUnit XML (also when interrupted).")
     @click.option("--log-dir", default=None, type=click.Path(file_okay=False),
@@ -159,8 +163,8 @@ def register(main):
     @click.option("--no-shim", is_flag=True, default=False,
                   help="Do not install the CPU GPU shim in the ranks.")
     @click.argument("command", nargs=-1, type=click.UNPROCESSED)
-    def run(world, nproc, nnodes, rdzv_endpoint, run_id, timeout, grace, junit, log_dir,
-            results_dir, mem_per_rank, no_shim, command):
+    def run(world, nproc, nnodes, rdzv_endpoint, run_id, timeout, grace, collect_timeout, junit,
+            log_dir, results_dir, mem_per_rank, no_shim, command):
         """Start W ranks the way torchrun does (torch's elastic agent, c10d rendezvous on
         127.0.0.1), with a shim that answers the CUDA device calls per local rank and runs
         NCCL as gloo, and run a pytest file or a script on every rank.
@@ -202,8 +206,9 @@ def register(main):
         if kind == "script":
             sys.exit(_run_script(words, nproc, nnodes, rdzv_endpoint, run_id, log_dir,
                                  not no_shim))
-        sys.exit(_run_pytest(words, nproc, nnodes, rdzv_endpoint, run_id, timeout, grace, junit,
-                             log_dir, results_dir, not no_shim))
+        sys.exit(_run_pytest(words, nproc, nnodes, rdzv_endpoint, run_id, timeout,
+                             (grace, collect_timeout), junit, log_dir, results_dir,
+                             not no_shim))
 
 
 def _run_script(target, nproc, nnodes, rdzv_endpoint, run_id, log_dir, shim) -> int:
@@ -230,13 +235,15 @@ def _run_script(target, nproc, nnodes, rdzv_endpoint, run_id, log_dir, shim) -> 
     return res.exit_code
 
 
-def _run_pytest(args, nproc, nnodes, rdzv_endpoint, run_id, timeout, grace, junit, log_dir,
+def _run_pytest(args, nproc, nnodes, rdzv_endpoint, run_id, timeout, limits, junit, log_dir,
                 results_dir, shim) -> int:
+    """``limits``: (--diverge-grace, --collect-timeout) seconds."""
     from ..runtests.runner import RunError, RunSpec, run_pytest
     from ..runtests.verdicts import counts, exit_code, junit_xml
 
     spec = RunSpec(tuple(args), nproc, nnodes, rdzv_endpoint, run_id, float(timeout), shim,
-                   results_dir, log_dir, grace_s=float(grace))
+                   results_dir, log_dir, grace_s=float(limits[0]),
+                   collect_timeout_s=float(limits[1]))
     seen = []
     t0 = time.monotonic()
 

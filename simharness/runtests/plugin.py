@@ -15,7 +15,9 @@ Each rank runs pytest in its own interpreter (torch and the test modules importe
 - arms a watchdog per test: past ``SIMHARNESS_RUN_TIMEOUT`` seconds it writes the main
   thread's stack as a ``hang`` record and ends the rank with :data:`HANG_EXIT`; the runner
   then starts a new round after that test. The watchdog is armed during collection too
-  (``state: collecting``), so an import that hangs names its ranks and stacks;
+  (``state: collecting``, ``SIMHARNESS_RUN_COLLECT_TIMEOUT`` seconds: importing torch
+  and the test modules on a loaded machine takes far longer than a test), so an import
+  that hangs names its ranks and stacks;
 - notices when the ranks stop running the same tests, without waiting for the timeout:
   a rank whose session ended early (``-x``, ``--maxfail``, ``pytest.exit``) leaves an
   ``ended`` count on the store, and a rank waiting to start a test it will never share
@@ -49,6 +51,9 @@ ENV_DONE = "SIMHARNESS_RUN_DONE"
 ENV_TIMEOUT = "SIMHARNESS_RUN_TIMEOUT"
 ENV_ROUND = "SIMHARNESS_RUN_ROUND"
 ENV_GRACE = "SIMHARNESS_RUN_GRACE"
+ENV_COLLECT_TIMEOUT = "SIMHARNESS_RUN_COLLECT_TIMEOUT"
+#: Default seconds a rank may take to collect the tests (imports included).
+COLLECT_TIMEOUT_S = 300.0
 #: Default seconds a rank may stay in a test that another rank skipped.
 GRACE_S = 5.0
 #: How often a waiting rank or the watchdog looks at the store for divergence (s).
@@ -162,7 +167,8 @@ class RankSession:
         self.lock = threading.Lock()  # the watchdog thread writes too
         self.watchdog = Watchdog(self)
         self.watchdog.start()
-        self.watchdog.arm(self.timeout, i=-1, nodeid="(collection)", state="collecting")
+        collect_s = float(os.environ.get(ENV_COLLECT_TIMEOUT, COLLECT_TIMEOUT_S))
+        self.watchdog.arm(collect_s, i=-1, nodeid="(collection)", state="collecting")
 
     # -- records and the store ------------------------------------------------------------
     def write(self, **record: Any) -> None:

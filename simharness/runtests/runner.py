@@ -20,7 +20,17 @@ from dataclasses import dataclass, field
 from ..errors import SimharnessError, whole_number_problem
 from ..launch.launcher import LaunchResult, LaunchSpec, launch
 from ..resources import MIB, available_memory, proc_kib
-from .plugin import ENV_DIR, ENV_DONE, ENV_GRACE, ENV_ROUND, ENV_TIMEOUT, GRACE_S, HANG_EXIT
+from .plugin import (
+    COLLECT_TIMEOUT_S,
+    ENV_COLLECT_TIMEOUT,
+    ENV_DIR,
+    ENV_DONE,
+    ENV_GRACE,
+    ENV_ROUND,
+    ENV_TIMEOUT,
+    GRACE_S,
+    HANG_EXIT,
+)
 from .verdicts import Verdict, _span, exit_code, not_started, read_records, verdict
 
 #: Extra MiB per rank over this process's own RSS (torch imported): pytest, the test
@@ -97,6 +107,7 @@ class RunSpec:
     log_dir: str | None = None
     max_rounds: int = 1000
     grace_s: float = GRACE_S  # how long ranks may stay in a test another rank skipped
+    collect_timeout_s: float = COLLECT_TIMEOUT_S  # how long a rank may take to collect
 
     def __post_init__(self):
         for name, low in (("nproc_per_node", 1), ("nnodes", 1), ("max_rounds", 1)):
@@ -105,8 +116,9 @@ class RunSpec:
                 raise RunError(problem)
         if not self.timeout_s > 0:
             raise RunError(f"timeout_s must be > 0, got {self.timeout_s!r}")
-        if not self.grace_s > 0:
-            raise RunError(f"grace_s must be > 0, got {self.grace_s!r}")
+        for name in ("grace_s", "collect_timeout_s"):
+            if not getattr(self, name) > 0:
+                raise RunError(f"{name} must be > 0, got {getattr(self, name)!r}")
         if self.nnodes > 1 and not self.results_dir:
             raise RunError(f"nnodes {self.nnodes} needs a results directory every node can "
                            f"write (--results-dir on a shared filesystem)")
@@ -274,7 +286,8 @@ class _Runner:
         log_dir = (os.path.join(spec.log_dir, f"round{rnd.number}") if spec.log_dir
                    else os.path.join(rnd.dir, "logs"))
         env = {ENV_DIR: rnd.dir, ENV_DONE: done_file, ENV_TIMEOUT: str(spec.timeout_s),
-               ENV_ROUND: str(rnd.number), ENV_GRACE: str(spec.grace_s)}
+               ENV_ROUND: str(rnd.number), ENV_GRACE: str(spec.grace_s),
+               ENV_COLLECT_TIMEOUT: str(spec.collect_timeout_s)}
         # no cache writes from W processes at once; no per-process random test order
         target = ("-m", "pytest", "-p", "simharness.runtests.plugin", "-p", "no:cacheprovider",
                   "-p", "no:randomly", *spec.pytest_args)
@@ -306,7 +319,7 @@ class _Runner:
         problem = _first_error(recs)
         if problem:
             raise RunError(problem)
-        _collection_hang(recs, spec.timeout_s)
+        _collection_hang(recs, spec.collect_timeout_s)
         order = _order(recs)
         if rnd.number == 0 and order == []:
             err = RunError("the pytest arguments select no tests (pytest's exit status 5): "
@@ -343,10 +356,9 @@ def _collection_hang(recs: dict[int, list[dict]], timeout_s: float) -> None:
     if not stuck:
         return
     waiting = sorted(set(hangs) - set(stuck))
+    others = f"; ranks {_span(waiting)} had collected and waited for them" if waiting else ""
     err = RunError(f"collecting the tests hung on ranks {_span(stuck)} (past {timeout_s:g}s, "
-                   f"--timeout)" + (f"; ranks {_span(waiting)} had collected and waited for "
-                                    f"them" if waiting else "")
-                   + "; the stuck ranks' stacks are printed above")
+                   f"--collect-timeout){others}; the stuck ranks' stacks are printed above")
     err.stacks = "\n".join(  # type: ignore[attr-defined]
         f"--- rank {r} stack (collecting) ---\n{hangs[r].get('stack', '').rstrip()}"
         for r in stuck)
