@@ -97,6 +97,22 @@ def test_not_started_names_the_ranks_whose_session_ended():
     assert v.detail.endswith("ranks 0,2 waited to start it")
 
 
+def test_collection_hang_names_the_rank_that_never_collected():
+    from simharness.runtests.runner import RunError, _collection_hang
+
+    waiting = {"kind": "hang", "nodeid": "(collection)", "state": "waiting-for-collection"}
+    recs = {0: [{"kind": "collected", "n": 1}, waiting], 1: []}
+    with pytest.raises(RunError, match=r"hung on ranks 1 \(past 7s, --collect-timeout\); "
+                                       r"ranks 0 had collected and waited for them; they were "
+                                       r"stopped before their own watchdog wrote a stack"):
+        _collection_hang(recs, 7)
+    stuck = {"kind": "hang", "nodeid": "(collection)", "state": "collecting", "stack": "S"}
+    with pytest.raises(RunError) as info:
+        _collection_hang({0: [{"kind": "collected"}], 1: [stuck]}, 7)
+    assert info.value.stacks == "--- rank 1 stack (collecting) ---\nS"  # type: ignore[attr-defined]
+    _collection_hang({0: [{"kind": "collected"}], 1: [{"kind": "collected"}]}, 7)  # no hang
+
+
 # -- bad input: one error line, no ranks started ---------------------------------------------
 
 @pytest.mark.parametrize("args, message", [

@@ -167,8 +167,8 @@ class RankSession:
         self.lock = threading.Lock()  # the watchdog thread writes too
         self.watchdog = Watchdog(self)
         self.watchdog.start()
-        collect_s = float(os.environ.get(ENV_COLLECT_TIMEOUT, COLLECT_TIMEOUT_S))
-        self.watchdog.arm(collect_s, i=-1, nodeid="(collection)", state="collecting")
+        self.collect_s = float(os.environ.get(ENV_COLLECT_TIMEOUT, COLLECT_TIMEOUT_S))
+        self.watchdog.arm(self.collect_s, i=-1, nodeid="(collection)", state="collecting")
 
     # -- records and the store ------------------------------------------------------------
     def write(self, **record: Any) -> None:
@@ -245,7 +245,10 @@ class RankSession:
         digest = _digest(ids)
         self.write(kind="collected", n=len(ids), digest=digest,
                    nodeids=ids if self.rank == 0 else None)
-        self.watchdog.update(state="waiting-for-collection")  # its own is done
+        # its own is done: wait longer than a slow peer's own collection watchdog, so that
+        # the stuck rank is the one that reports (with its stack)
+        self.watchdog.arm(2 * self.collect_s + 10, i=-1, nodeid="(collection)",
+                          state="waiting-for-collection")
         if self.world > 1:  # also with no test: the others wait for this rank's digest
             store = self._store()
             store.set(f"collect/{self.rank}", digest)

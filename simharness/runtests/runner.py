@@ -352,16 +352,25 @@ def _collection_hang(recs: dict[int, list[dict]], timeout_s: float) -> None:
     fired while it was still collecting the tests."""
     hangs = {r: row for r, rows in recs.items() for row in rows
              if row.get("kind") == "hang" and row.get("nodeid") == "(collection)"}
+    if not hangs:
+        return
     stuck = sorted(r for r, h in hangs.items() if h.get("state") == "collecting")
+    collected = {r for r, rows in recs.items() if any(x.get("kind") == "collected" for x in rows)}
+    # ranks that gave up waiting: the stuck ones are those that never collected (stopped
+    # by the launcher before their own watchdog fired, so without a stack)
+    stuck = stuck or sorted(set(recs) - collected)
     if not stuck:
         return
     waiting = sorted(set(hangs) - set(stuck))
     others = f"; ranks {_span(waiting)} had collected and waited for them" if waiting else ""
+    have = [r for r in stuck if r in hangs]
+    where = ("the stuck ranks' stacks are printed above" if have else
+             "they were stopped before their own watchdog wrote a stack")
     err = RunError(f"collecting the tests hung on ranks {_span(stuck)} (past {timeout_s:g}s, "
-                   f"--collect-timeout){others}; the stuck ranks' stacks are printed above")
+                   f"--collect-timeout){others}; {where}")
     err.stacks = "\n".join(  # type: ignore[attr-defined]
         f"--- rank {r} stack (collecting) ---\n{hangs[r].get('stack', '').rstrip()}"
-        for r in stuck)
+        for r in have)
     raise err
 
 
