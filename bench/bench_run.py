@@ -8,11 +8,16 @@
 Default files: examples/run/megatron_cases.py (40 Megatron-Core tests, 8 ranks) and
 examples/run/dist_cases.py (7 tests with a fail, a needs-GPU skip and a hang, 4 ranks).
 
-``--upstream``: also the pinned upstream suites of tests/upstream_suites.py (Megatron-LM
-core_v0.16.1 tests/unit_tests/test_parallel_state.py), run from their cache directory
-without this project's pytest options; a suite not in the cache is listed as "needs the
-files" (``python tests/upstream_suites.py --git MIRROR`` puts it there; nothing is
-downloaded).
+``--upstream``: also the pinned upstream suites of tests/upstream_suites.py: Megatron-LM
+core_v0.16.1 tests/unit_tests/test_parallel_state.py (8 ranks), run from its cache directory
+without this project's pytest options, and torch 2.13.0's distributed_test.py (3 ranks,
+through examples/run/torch_distributed_driver.py, from the installed wheel once its sha256
+matches the pin). A suite whose files are not there is listed as "needs the files"
+(``python tests/upstream_suites.py --git MIRROR`` puts Megatron-LM's there; nothing is
+downloaded). ``--suite NAME`` runs only that suite.
+
+Columns: ``gpu`` = skipped because a call needs a real GPU (part of ``skip``); ``div`` =
+diverged (the ranks did not all run the test).
 """
 
 from __future__ import annotations
@@ -24,12 +29,13 @@ import sys
 import time
 
 from simharness.runtests.runner import RunSpec, cores, memory_plan, run_pytest
-from simharness.runtests.verdicts import counts
+from simharness.runtests.verdicts import counts, junit_xml
 
 DEFAULT = (("examples/run/megatron_cases.py", 8), ("examples/run/dist_cases.py", 4))
 
 
-def bench_file(path: str, ranks: int, timeout: float, cwd: str | None = None) -> dict:
+def bench_file(path: str, ranks: int, timeout: float, cwd: str | None = None,
+               extra: tuple[str, ...] = (), shim: bool = True) -> dict:
     """One file's run: counts, rounds, wall and CPU seconds, peak RSS per rank (MiB)."""
     old = os.getcwd()
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
@@ -38,8 +44,8 @@ def bench_file(path: str, ranks: int, timeout: float, cwd: str | None = None) ->
         if cwd:
             os.chdir(cwd)
         own = ("-o", "addopts=", "--rootdir", ".") if cwd else ()  # not this project's ini
-        rep = run_pytest(RunSpec((path, "-q", "-W", "ignore::UserWarning", *own), ranks,
-                                 timeout_s=timeout))
+        rep = run_pytest(RunSpec((path, "-q", "-W", "ignore::UserWarning", *own, *extra),
+                                 ranks, timeout_s=timeout, shim=shim))
     finally:
         os.chdir(old)
     wall = time.monotonic() - t0
@@ -49,10 +55,13 @@ def bench_file(path: str, ranks: int, timeout: float, cwd: str | None = None) ->
     peak = max(rep.peak_rss_kib.values(), default=0) // 1024
     per_test = [v.duration for v in rep.verdicts if v.outcome != "hung"]
     return {"file": path, "ranks": ranks, "tests": len(rep.verdicts), **c,
+            "verdicts": rep.verdicts,
             "rounds": rep.rounds, "wall_s": wall, "children_cpu_s": cpu,
             "peak_rss_mib": peak,
             "slowest_test_s": max(per_test, default=0.0),
-            "failed_ids": [v.nodeid for v in rep.verdicts if v.outcome in ("failed", "hung")]}
+            "load_after": os.getloadavg()[0],
+            "failed_ids": [f"{v.outcome}: {v.nodeid}" for v in rep.verdicts
+                           if v.outcome in ("failed", "hung", "diverged")]}
 
 
 def main(argv=None) -> int:
@@ -62,31 +71,47 @@ def main(argv=None) -> int:
     ap.add_argument("--timeout", type=float, default=60.0, help="per-test hang timeout (s)")
     ap.add_argument("--upstream", action="store_true",
                     help="also the pinned upstream suites (tests/upstream_suites.py)")
+    ap.add_argument("--no-shim", action="store_true", help="run the ranks without the GPU shim")
+    ap.add_argument("--junit-dir", help="write each file's verdicts as JUnit XML here")
+    ap.add_argument("--suite", action="append", default=[],
+                    help="only this upstream suite (repeatable; no default files)")
     args = ap.parse_args(argv)
-    jobs: list[tuple[str, int, str | None]] = (
-        [(f, args.n, None) for f in args.files] if args.files
-        else [(f, n, None) for f, n in DEFAULT])
-    if args.upstream:
+    jobs: list[tuple[str, int, str | None, tuple[str, ...]]] = (
+        [(f, args.n, None, ()) for f in args.files] if args.files
+        else [] if args.suite else [(f, n, None, ()) for f, n in DEFAULT])
+    if args.upstream or args.suite:
         sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "tests"))
         import upstream_suites
 
         for suite in upstream_suites.SUITES.values():
+            if args.suite and suite.name not in args.suite:
+                continue
             root = upstream_suites.cached(suite)
             if root is None:
-                print(f"{suite.name}: needs the files (python tests/upstream_suites.py --git "
-                      f"MIRROR-OF-{suite.repo})")
+                how = (f"{suite.package} installed with the pinned files: "
+                       f"{'; '.join(upstream_suites.mismatches(suite))}" if suite.package
+                       else f"python tests/upstream_suites.py --git MIRROR-OF-{suite.repo}")
+                print(f"{suite.name}: needs the files ({how})")
             else:
-                jobs.append((suite.run, suite.ranks, str(root)))
+                jobs.append((suite.run, suite.ranks, None if suite.package else str(root),
+                             suite.pytest_args))
     print(f"{cores()} CPU cores; load average {os.getloadavg()[0]:.1f}; "
           f"{memory_plan(8).describe()}")
     print(f"{'file':45} {'W':>2} {'tests':>5} {'pass':>4} {'fail':>4} {'skip':>4} "
-          f"{'gpu':>3} {'hung':>4} {'rnds':>4} {'wall s':>7} {'cpu s':>7} {'rss MiB':>7}")
-    for path, ranks, cwd in jobs:
-        r = bench_file(path, ranks, args.timeout, cwd)
+          f"{'gpu':>3} {'hung':>4} {'div':>3} {'rnds':>4} {'wall s':>7} {'cpu s':>7} "
+          f"{'rss MiB':>7} {'load':>5}")
+    for path, ranks, cwd, extra in jobs:
+        r = bench_file(path, ranks, args.timeout, cwd, extra, not args.no_shim)
+        if args.junit_dir:
+            os.makedirs(args.junit_dir, exist_ok=True)
+            name = os.path.splitext(os.path.basename(path))[0] + ".xml"
+            with open(os.path.join(args.junit_dir, name), "w", encoding="utf-8") as fh:
+                fh.write(junit_xml(r.pop("verdicts"), wall_s=r["wall_s"], world=ranks))
         print(f"{os.path.basename(r['file'])[:45]:45} {r['ranks']:>2} {r['tests']:>5} "
               f"{r['passed']:>4} {r['failed']:>4} {r['skipped']:>4} {r['needs_gpu']:>3} "
-              f"{r['hung']:>4} {r['rounds']:>4} {r['wall_s']:>7.1f} "
-              f"{r['children_cpu_s']:>7.1f} {r['peak_rss_mib']:>7}", flush=True)
+              f"{r['hung']:>4} {r['diverged']:>3} {r['rounds']:>4} {r['wall_s']:>7.1f} "
+              f"{r['children_cpu_s']:>7.1f} {r['peak_rss_mib']:>7} {r['load_after']:>5.1f}",
+              flush=True)
         for nodeid in r["failed_ids"]:
             print(f"    not passed: {nodeid}")
     return 0

@@ -117,6 +117,7 @@ torch.cuda.synchronize(); torch.cuda.empty_cache(); torch.cuda.memory.empty_cach
 devs = [torch.ones(2, device="cuda:1"), torch.zeros(1).cuda(), torch.arange(2).to(0),
         torch.arange(2).to("cuda", torch.float64), torch.empty(1, device=torch.device("cuda")),
         torch.ones(1).new_zeros(2, device="cuda"), torch.ones(1).pin_memory()]
+devs.append(next(torch.nn.Linear(2, 2).to(1).parameters()))
 out.append(sorted({str(t.device) for t in devs}))
 for call in (lambda: torch.cuda.Stream(), lambda: torch.cuda.current_stream(),
              lambda: torch.cuda.get_rng_state()):
@@ -125,6 +126,14 @@ for call in (lambda: torch.cuda.Stream(), lambda: torch.cuda.current_stream(),
         out.append("not refused")
     except NeedsGPU as e:
         out.append([e.call, e.where.rsplit(":", 1)[0]])
+import torch.distributed as dist
+from torch.nn.parallel import DistributedDataParallel as DDP
+dist.init_process_group("nccl", store=dist.HashStore(), rank=0, world_size=1)
+ddp = DDP(torch.nn.Linear(2, 1).cuda(1), device_ids=[1], output_device=1)
+ddp(torch.ones(1, 2, device="cuda")).sum().backward()
+out.append([str(ddp.module.weight.grad.device),
+            sorted(i.detail for i in s.ignored if i.call == "DistributedDataParallel")])
+dist.destroy_process_group()
 try:
     gpu_shim.install(0, 3)
 except ShimError as e:
@@ -148,6 +157,7 @@ def test_shim_in_process_maps_refuses_and_uninstalls():
     assert got == [True, 3, 0, 2, 0, 2, "ordinal", ["cpu"],
                    ["torch.cuda.Stream", "<string>"], ["torch.cuda.current_stream", "<string>"],
                    ["torch.cuda.get_rng_state", "<string>"],
+                   ["cpu", ["device_ids=[1]", "output_device=1"]],
                    "twice", False, 0, True, "restored"]
 
 

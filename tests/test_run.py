@@ -15,10 +15,11 @@ from pathlib import Path
 
 import pytest
 
-from simharness.runtests.verdicts import exit_code, junit_xml, verdict
+from simharness.runtests.verdicts import exit_code, junit_xml, not_started, verdict
 
 ROOT = Path(__file__).resolve().parent.parent
 CASES = "examples/run/dist_cases.py"
+DIVERGE = "examples/run/diverge_cases.py"
 TIMEOUT = 240
 
 
@@ -66,6 +67,50 @@ def test_junit_counts_hangs_as_failures():
     assert [c.get("name") for c in suite.iter("testcase")] == ["t1", "t2", "t3"]
     assert exit_code(vs) == 1 and exit_code(vs[:1]) == 0 and exit_code([]) == 5
     assert exit_code(vs[:1], interrupted=True) == 2
+
+
+def test_a_skip_on_some_ranks_with_the_others_stopped_in_it_is_diverged():
+    recs = {1: {"outcome": "skipped", "reason": "Skipped: not mine"}}
+    hangs = {0: {"state": "diverged", "stack": "File t.py, in test\n  barrier()",
+                 "elapsed": 2.5},
+             2: {"state": "finished", "stack": "File plugin.py, in barrier", "elapsed": 2.5}}
+    v = verdict("t::d", recs, 3, hangs=hangs)
+    assert (v.outcome, v.ranks, v.first_rank) == ("diverged", (0,), 0)
+    assert v.detail.startswith("skipped on ranks 1 (Skipped: not mine) but run on ranks 0, "
+                               "still inside it 2.5s after it started")
+    assert "ranks 2 were stopped with them" in v.detail and "barrier()" in v.detail
+    # a rank that stopped on NeedsGPU still makes it "skipped: needs GPU"
+    gpu = {1: {"outcome": "skipped", "needs_gpu": True, "reason": "needs GPU: x"}}
+    assert verdict("t::g", gpu, 2, hangs={0: hangs[0]}).outcome == "skipped"
+    # diverged counts as a failure, in the exit status and in JUnit
+    suite = ET.fromstring(junit_xml([v]))
+    assert suite.get("failures") == "1" and exit_code([v]) == 1
+    assert next(suite.iter("failure")).get("type") == "diverged"
+
+
+def test_not_started_names_the_ranks_whose_session_ended():
+    v = not_started("t::b", {0: {"ended": {"1": "t::a", "3": "t::a"}},
+                             2: {"ended": {"1": "t::a"}}}, world=4)
+    assert (v.outcome, v.ranks, v.first_rank) == ("diverged", (1, 3), 1)
+    assert v.detail.startswith("not started on ranks 1,3: their pytest session ended after "
+                               "t::a")
+    assert v.detail.endswith("ranks 0,2 waited to start it")
+
+
+def test_collection_hang_names_the_rank_that_never_collected():
+    from simharness.runtests.runner import RunError, _collection_hang
+
+    waiting = {"kind": "hang", "nodeid": "(collection)", "state": "waiting-for-collection"}
+    recs = {0: [{"kind": "collected", "n": 1}, waiting], 1: []}
+    with pytest.raises(RunError, match=r"hung on ranks 1 \(past 7s, --collect-timeout\); "
+                                       r"ranks 0 had collected and waited for them; they were "
+                                       r"stopped before their own watchdog wrote a stack"):
+        _collection_hang(recs, 7)
+    stuck = {"kind": "hang", "nodeid": "(collection)", "state": "collecting", "stack": "S"}
+    with pytest.raises(RunError) as info:
+        _collection_hang({0: [{"kind": "collected"}], 1: [stuck]}, 7)
+    assert info.value.stacks == "--- rank 1 stack (collecting) ---\nS"  # type: ignore[attr-defined]
+    _collection_hang({0: [{"kind": "collected"}], 1: [{"kind": "collected"}]}, 7)  # no hang
 
 
 # -- bad input: one error line, no ranks started ---------------------------------------------
@@ -158,3 +203,95 @@ def test_two_agents_on_loopback_share_one_run(tmp_path):
         assert re.search(r"^PASSED .*::test_all_reduce_on_cuda$", stdout, re.M), stdout
         assert "test_fails_on_rank_1_only  (first failing rank 1; failing ranks 1)" in stdout
         assert "1 passed, 1 failed, 0 skipped, 0 hung" in stdout
+
+
+@pytest.mark.launch
+def test_ranks_that_diverge_are_reported_without_waiting_for_the_timeout():
+    """A rank-dependent skip before a barrier: diverged after --diverge-grace (2 s), far
+    inside --timeout (100 s), and the rest of the file goes on. Under -x, rank 1's session
+    ends at its failure: the next test is "not started on ranks 1" and the run stops."""
+    out = simharness("run", "-n", "2", "--timeout", "100", "--diverge-grace", "2", "--",
+                     "pytest", "-q", "-p", "no:randomly", DIVERGE)
+    text = out.stdout
+    assert out.returncode == 1, text + out.stderr
+    got = re.findall(r"^(PASSED|FAILED|SKIPPED|HUNG|DIVERGED)\s+([\d.]+)s\s+\S+::(\w+)",
+                     text, re.M)
+    assert [(label, name) for label, _, name in got] == [
+        ("FAILED", "test_fails_on_rank_1"), ("DIVERGED", "test_skipped_on_rank_1"),
+        ("PASSED", "test_after")], text
+    assert float(got[1][1]) < 50, text  # the grace, not the 100 s timeout
+    assert "skipped on ranks 1 (Skipped: rank 1 has nothing to check) but run on ranks 0" in text
+    assert re.search(r"diverge_cases.py\", line \d+, in test_skipped_on_rank_1", text)
+    assert "1 passed, 1 failed, 0 skipped, 0 hung, 1 diverged" in text
+
+    out = simharness("run", "-n", "2", "--timeout", "100", "--", "pytest", "-q", "-x", "-p",
+                     "no:randomly", DIVERGE)
+    text = out.stdout
+    assert out.returncode == 1, text + out.stderr
+    assert re.search(r"^DIVERGED .*::test_skipped_on_rank_1  \(the ranks did not all run it: "
+                     r"ranks 1\)$", text, re.M), text
+    assert ("not started on ranks 1: their pytest session ended after "
+            f"{DIVERGE}::test_fails_on_rank_1") in text
+    assert "test_after" not in text
+    assert "1 failed, 0 skipped, 0 hung, 1 diverged (1 tests after it not run" in text
+
+
+@pytest.mark.launch
+def test_a_hang_while_collecting_names_the_stuck_rank_with_its_stack():
+    out = simharness("run", "-n", "2", "--collect-timeout", "3", "--", "pytest", "-q", "-p",
+                     "no:randomly", "examples/run/collect_hang.py")
+    errors = [ln for ln in out.stderr.splitlines() if ln.startswith("error:")]
+    assert out.returncode == 2, out.stdout + out.stderr
+    assert errors == ["error: collecting the tests hung on ranks 1 (past 3s, "
+                      "--collect-timeout); the stuck ranks' stacks are printed above"], out.stderr
+    assert "--- rank 1 stack (collecting) ---" in out.stderr
+    assert re.search(r"collect_hang.py\", line \d+, in <module>\n\s+time.sleep\(3600\)",
+                     out.stderr), out.stderr
+    assert "Traceback" not in out.stderr
+
+
+TORCH_SUITE = "torch-2.13.0-distributed_test"
+
+
+def _upstream_suites():
+    sys.path.insert(0, str(ROOT / "tests"))
+    try:
+        import upstream_suites
+    finally:
+        sys.path.pop(0)
+    return upstream_suites
+
+
+def test_torch_suite_pins_match_the_installed_wheel():
+    """The torch distributed tests come from the registry wheel the test venv installs;
+    their sha256 pins hold for it (another torch is "needs the files", never run)."""
+    import torch
+
+    us = _upstream_suites()
+    suite = us.SUITES[TORCH_SUITE]
+    if torch.__version__.split("+")[0] != "2.13.0":
+        assert us.cached(suite) is None and us.mismatches(suite)
+        pytest.skip(f"torch {torch.__version__} is not the pinned 2.13.0")
+    assert us.mismatches(suite) == []
+    assert us.cached(suite) == Path(torch.__file__).resolve().parent.parent
+    assert torch.version.git_version == suite.commit
+
+
+@pytest.mark.launch
+def test_torch_own_distributed_tests_unedited_on_three_ranks():
+    """Four of torch's own DistributedTest tests (default and new groups, subgroups,
+    destroying a group), unedited, through the driver, on 3 CPU ranks."""
+    us = _upstream_suites()
+    if us.cached(us.SUITES[TORCH_SUITE]) is None:
+        pytest.skip("the installed torch is not the pinned 2.13.0 wheel")
+    out = simharness("run", "-n", "3", "--timeout", "100", "--", "pytest", "-q", "-o",
+                     "addopts=", "-p", "no:randomly", "examples/run/torch_distributed_driver.py",
+                     "-k", "test_get_rank_size_full_group or test_all_gather_object_subgroup "
+                           "or test_destroy_group or test_all_reduce_full_group_sum")
+    text = out.stdout
+    assert out.returncode == 0, text + out.stderr
+    got = sorted(re.findall(r"^PASSED\s+[\d.]+s\s+\S+::TestDistBackendOnRanks::(\w+)$", text,
+                            re.M))
+    assert got == ["test_all_gather_object_subgroup", "test_all_reduce_full_group_sum",
+                   "test_destroy_group", "test_get_rank_size_full_group"], text
+    assert "4 passed, 0 failed, 0 skipped, 0 hung in" in text

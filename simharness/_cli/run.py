@@ -101,16 +101,19 @@ def _sizes(world, nproc, nnodes) -> tuple[int, int]:
 
 
 def _echo_verdict(v) -> None:
-    color = {"passed": "green", "failed": "red", "hung": "red", "skipped": "yellow"}[v.outcome]
+    color = {"passed": "green", "failed": "red", "hung": "red", "skipped": "yellow",
+             "diverged": "red"}[v.outcome]
     head = f"{out.style(f'{v.label:<8}', fg=color, bold=True)} {v.duration:7.2f}s  {v.nodeid}"
     if v.outcome == "failed":
         head += f"  (first failing rank {v.first_rank}; failing ranks {_span(v.ranks)})"
     elif v.outcome == "hung":
         head += f"  (stuck ranks {_span(v.ranks)})"
+    elif v.outcome == "diverged":
+        head += f"  (the ranks did not all run it: ranks {_span(v.ranks)})"
     elif v.outcome == "skipped":
         head += f"  {v.detail.splitlines()[0] if v.detail else ''}"
     out.echo(head)
-    if v.outcome in ("failed", "hung") and v.detail:
+    if v.outcome in ("failed", "hung", "diverged") and v.detail:
         for line in v.detail.rstrip().splitlines():
             out.echo("    " + line)
 
@@ -139,6 +142,14 @@ def register(main):
     @click.option("--timeout", type=click.FloatRange(min=0.1), default=120.0, show_default=True,
                   help="Seconds one test may take; past it the test is reported hung with the "
                        "stuck ranks' stacks and the rest of the file goes on.")
+    @click.option("--diverge-grace", "grace", type=click.FloatRange(min=0.1), default=5.0,
+                  show_default=True,
+                  help="Seconds ranks may stay in a test that another rank skipped before it "
+                       "is reported diverged (a skip that depends on the rank).")
+    @click.option("--collect-timeout", "collect_timeout", type=click.FloatRange(min=0.1),
+                  default=300.0, show_default=True,
+                  help="Seconds a rank may take to collect the tests (imports included); "
+                       "past it the run ends naming the stuck ranks, with their stacks.")
     @click.option("--junit-xml", "junit", type=click.Path(dir_okay=False), default=None,
                   help="Write the verdicts as JUnit XML (also when interrupted).")
     @click.option("--log-dir", default=None, type=click.Path(file_okay=False),
@@ -152,18 +163,19 @@ def register(main):
     @click.option("--no-shim", is_flag=True, default=False,
                   help="Do not install the CPU GPU shim in the ranks.")
     @click.argument("command", nargs=-1, type=click.UNPROCESSED)
-    def run(world, nproc, nnodes, rdzv_endpoint, run_id, timeout, junit, log_dir, results_dir,
-            mem_per_rank, no_shim, command):
+    def run(world, nproc, nnodes, rdzv_endpoint, run_id, timeout, grace, collect_timeout, junit,
+            log_dir, results_dir, mem_per_rank, no_shim, command):
         """Start W ranks the way torchrun does (torch's elastic agent, c10d rendezvous on
         127.0.0.1), with a shim that answers the CUDA device calls per local rank and runs
         NCCL as gloo, and run a pytest file or a script on every rank.
 
         With pytest, every test runs on all ranks together and gets one verdict: passed
         only if it passed on every rank; failed with the first failing rank's traceback;
-        skipped (a call that needs a real GPU is "skipped: needs GPU"); or hung, with the
-        stuck ranks' stacks, after which the rest of the file goes on. The exit status is
-        pytest's (0, 1, 2 interrupted, 5 no tests). With a script, each rank's output is
-        prefixed [rankN]: and the status is the first failing rank's.
+        skipped (a call that needs a real GPU is "skipped: needs GPU"); hung, with the
+        stuck ranks' stacks, after which the rest of the file goes on; or diverged, when
+        the ranks did not all run it (a rank-dependent skip; -x stopping one rank). The
+        exit status is pytest's (0, 1, 2 interrupted, 5 no tests). With a script, each
+        rank's output is prefixed [rankN]: and the status is the first failing rank's.
 
         \b
         Examples:
@@ -194,8 +206,9 @@ def register(main):
         if kind == "script":
             sys.exit(_run_script(words, nproc, nnodes, rdzv_endpoint, run_id, log_dir,
                                  not no_shim))
-        sys.exit(_run_pytest(words, nproc, nnodes, rdzv_endpoint, run_id, timeout, junit,
-                             log_dir, results_dir, not no_shim))
+        sys.exit(_run_pytest(words, nproc, nnodes, rdzv_endpoint, run_id, timeout,
+                             (grace, collect_timeout), junit, log_dir, results_dir,
+                             not no_shim))
 
 
 def _run_script(target, nproc, nnodes, rdzv_endpoint, run_id, log_dir, shim) -> int:
@@ -222,13 +235,15 @@ def _run_script(target, nproc, nnodes, rdzv_endpoint, run_id, log_dir, shim) -> 
     return res.exit_code
 
 
-def _run_pytest(args, nproc, nnodes, rdzv_endpoint, run_id, timeout, junit, log_dir,
+def _run_pytest(args, nproc, nnodes, rdzv_endpoint, run_id, timeout, limits, junit, log_dir,
                 results_dir, shim) -> int:
+    """``limits``: (--diverge-grace, --collect-timeout) seconds."""
     from ..runtests.runner import RunError, RunSpec, run_pytest
     from ..runtests.verdicts import counts, exit_code, junit_xml
 
     spec = RunSpec(tuple(args), nproc, nnodes, rdzv_endpoint, run_id, float(timeout), shim,
-                   results_dir, log_dir)
+                   results_dir, log_dir, grace_s=float(limits[0]),
+                   collect_timeout_s=float(limits[1]))
     seen = []
     t0 = time.monotonic()
 
@@ -241,6 +256,7 @@ def _run_pytest(args, nproc, nnodes, rdzv_endpoint, run_id, timeout, junit, log_
                  f"judged so far", err=True)
 
     interrupted = None
+    not_run = 0
     old_term = signal.getsignal(signal.SIGTERM)
 
     def on_term(signum, frame):  # outside a launch (between rounds): stop like Ctrl-C
@@ -250,13 +266,15 @@ def _run_pytest(args, nproc, nnodes, rdzv_endpoint, run_id, timeout, junit, log_
     try:
         report = run_pytest(spec, on_verdict, on_round)
         interrupted = report.interrupted
-        rounds, peaks = report.rounds, report.peak_rss_kib
+        rounds, peaks, not_run = report.rounds, report.peak_rss_kib, report.not_run
         if report.shim_ignored:
             out.echo("simharness shim (rank 0): ignored GPU-only options, not run on CPU: "
                      + "; ".join(report.shim_ignored), err=True)
     except KeyboardInterrupt:
         interrupted, rounds, peaks = signal.SIGINT, 0, {}
     except RunError as exc:
+        if getattr(exc, "stacks", None):
+            out.echo(exc.stacks, err=True)  # type: ignore[attr-defined]
         if getattr(exc, "code", None) == 5:
             click.echo(f"error: {exc}", err=True)
             return 5
@@ -269,6 +287,9 @@ def _run_pytest(args, nproc, nnodes, rdzv_endpoint, run_id, timeout, junit, log_
              f"{c['skipped']} skipped" + (f" ({c['needs_gpu']} need a GPU)"
                                           if c["needs_gpu"] else ""),
              f"{c['hung']} hung"]
+    if c["diverged"] or not_run:
+        parts.append(f"{c['diverged']} diverged" + (f" ({not_run} tests after it not run, as "
+                                                    f"with -x)" if not_run else ""))
     peak = ""
     if peaks:
         worst = max(peaks, key=lambda r: peaks[r])

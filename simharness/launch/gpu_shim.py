@@ -42,8 +42,12 @@ call                                             answer
                                                  dropped at group creation, listed as ignored
 tensors on ``cuda``/``cuda:N``/int device        land on CPU: ``device=`` of any torch
                                                  function, ``Tensor.to(...)``,
-                                                 ``Tensor.cuda()``, ``pin_memory`` (a
-                                                 ``TorchFunctionMode``, this thread only)
+                                                 ``Module.to(...)``, ``Tensor.cuda()``,
+                                                 ``pin_memory`` (a ``TorchFunctionMode``, this
+                                                 thread only)
+``DistributedDataParallel(device_ids=,``         dropped when the module's parameters are all
+``output_device=)``                              on CPU (they are: see above), listed as
+                                                 ignored; DDP then runs as on CPU
 ``TORCH_GLOO_LAZY_INIT=1``                       set unless already set: gloo connects on the
                                                  first collective, as NCCL does
 ===============================================  ==============================================
@@ -255,6 +259,7 @@ def install(local_rank: int, local_world_size: int, *, lazy_gloo: bool = True) -
                 shim._undo.append(lambda: _unset_env("TORCH_GLOO_LAZY_INIT"))
             _patch_cuda(shim)
             _patch_dist(shim)
+            _patch_ddp(shim)
             _enter_tensor_mode(shim)
         except BaseException:
             while shim._undo:
@@ -438,11 +443,36 @@ def _nccl_stand_in() -> type:
     return ProcessGroupNCCL
 
 
+def _patch_ddp(shim: Shim) -> None:
+    """``DistributedDataParallel``: ``device_ids`` / ``output_device`` name the rank's GPU, but
+    the shim put the module on CPU, where torch refuses them; drop them there."""
+    from torch.nn.parallel import DistributedDataParallel as DDP
+
+    original = DDP.__init__
+    signature = inspect.signature(original)
+
+    def __init__(*args: Any, **kwargs: Any) -> None:  # noqa: N807  (DDP's own)
+        bound = signature.bind(*args, **kwargs)
+        module = bound.arguments.get("module")
+        named = {k: bound.arguments.get(k) for k in ("device_ids", "output_device")}
+        named = {k: v for k, v in named.items() if v is not None}
+        params = list(module.parameters()) if module is not None else []
+        if named and params and all(p.device.type == "cpu" for p in params):
+            for key, value in named.items():
+                bound.arguments[key] = None
+                shim.ignored.append(Ignored("DistributedDataParallel", f"{key}={value!r}",
+                                            user_site()))
+        original(*bound.args, **bound.kwargs)
+
+    _set(shim, DDP, "__init__", __init__)
+
+
 def _enter_tensor_mode(shim: Shim) -> None:
     import torch
     from torch.overrides import TorchFunctionMode
 
     tensor_to, tensor_cuda, tensor_pin = torch.Tensor.to, torch.Tensor.cuda, torch.Tensor.pin_memory
+    parse_to = torch._C._nn._parse_to  # Module.to(device) asks it through the mode
 
     class CudaToCpu(TorchFunctionMode):
         """Puts tensors asked for on a CUDA device on the CPU."""
@@ -455,8 +485,9 @@ def _enter_tensor_mode(shim: Shim) -> None:
                 kwargs["device"] = "cpu"
             if kwargs.get("pin_memory"):
                 kwargs["pin_memory"] = False
-            if func is tensor_to:
-                args = tuple("cpu" if i and _device_index(a, 0) is not None else a
+            if func is tensor_to or func is parse_to:
+                first = 1 if func is tensor_to else 0  # Tensor.to's self is not a device
+                args = tuple("cpu" if i >= first and _device_index(a, 0) is not None else a
                              for i, a in enumerate(args))
             return func(*args, **kwargs)
 

@@ -14,7 +14,17 @@ Each rank runs pytest in its own interpreter (torch and the test modules importe
 - appends one JSON record per test to ``<dir>/rank<R>.jsonl``;
 - arms a watchdog per test: past ``SIMHARNESS_RUN_TIMEOUT`` seconds it writes the main
   thread's stack as a ``hang`` record and ends the rank with :data:`HANG_EXIT`; the runner
-  then starts a new round after that test.
+  then starts a new round after that test. The watchdog is armed during collection too
+  (``state: collecting``, ``SIMHARNESS_RUN_COLLECT_TIMEOUT`` seconds: importing torch
+  and the test modules on a loaded machine takes far longer than a test), so an import
+  that hangs names its ranks and stacks;
+- notices when the ranks stop running the same tests, without waiting for the timeout:
+  a rank whose session ended early (``-x``, ``--maxfail``, ``pytest.exit``) leaves an
+  ``ended`` count on the store, and a rank waiting to start a test it will never share
+  records it as ``diverged`` and stops; a rank that skipped a test (a rank-dependent skip,
+  ``NeedsGPU``) leaves a ``skip`` count for it, and a rank still inside that test
+  ``SIMHARNESS_RUN_GRACE`` seconds later (it waits in a collective for the skipped rank)
+  writes its stack with ``state: diverged`` and ends, as a hang does.
 """
 
 from __future__ import annotations
@@ -40,6 +50,14 @@ ENV_DIR = "SIMHARNESS_RUN_DIR"
 ENV_DONE = "SIMHARNESS_RUN_DONE"
 ENV_TIMEOUT = "SIMHARNESS_RUN_TIMEOUT"
 ENV_ROUND = "SIMHARNESS_RUN_ROUND"
+ENV_GRACE = "SIMHARNESS_RUN_GRACE"
+ENV_COLLECT_TIMEOUT = "SIMHARNESS_RUN_COLLECT_TIMEOUT"
+#: Default seconds a rank may take to collect the tests (imports included).
+COLLECT_TIMEOUT_S = 300.0
+#: Default seconds a rank may stay in a test that another rank skipped.
+GRACE_S = 5.0
+#: How often a waiting rank or the watchdog looks at the store for divergence (s).
+POLL_S = 0.5
 #: A rank whose watchdog fired exits with this status (as coreutils' timeout).
 HANG_EXIT = 124
 #: Extra seconds before faulthandler's C-level backstop ends a rank that holds the GIL.
@@ -84,12 +102,27 @@ class Watchdog(threading.Thread):
         faulthandler.cancel_dump_traceback_later()
 
     def run(self) -> None:
+        skip_seen: dict[int, float] = {}  # test index -> when a peer's skip was first seen
         while True:
             with self.cond:
-                while self.deadline is None or time.monotonic() < self.deadline:
-                    wait = None if self.deadline is None else self.deadline - time.monotonic()
-                    self.cond.wait(timeout=wait)
+                if self.deadline is None:
+                    self.cond.wait()
+                    continue
+                left = self.deadline - time.monotonic()
+                if left > 0:
+                    self.cond.wait(timeout=min(POLL_S, left))
                 info = dict(self.info)
+                fire = self.deadline is not None and time.monotonic() >= self.deadline
+                check = self.deadline is not None and not fire
+            if check and self._diverged(info, skip_seen):  # the store, without the lock
+                with self.cond:  # still the same test, still running in it?
+                    fire = (self.deadline is not None and self.info.get("i") == info.get("i")
+                            and self.info.get("state") == "running")
+                    if fire:
+                        self.info["state"] = "diverged"
+                    info = dict(self.info)
+            if not fire:
+                continue
             frame = sys._current_frames().get(self.main_ident or 0)
             # the innermost frames: the test and what it waits in (pytest's own frames cut)
             stack = _user_stack(frame) if frame is not None else ""
@@ -97,6 +130,18 @@ class Watchdog(threading.Thread):
                                elapsed=round(time.monotonic() - info.pop("armed", 0.0), 3),
                                **info)
             os._exit(HANG_EXIT)
+
+    def _diverged(self, info: dict[str, Any], skip_seen: dict[int, float]) -> bool:
+        """True when this rank has been running, for the grace period, a test that a peer
+        skipped (the peer has gone on; a collective here waits for it in vain)."""
+        i = info.get("i", -1)
+        if info.get("state") != "running" or i < 0 or self.session.world == 1:
+            return False
+        if i not in skip_seen:
+            if not self.session.peer_skipped(i):
+                return False
+            skip_seen[i] = time.monotonic()
+        return time.monotonic() - skip_seen[i] >= self.session.grace
 
 
 class RankSession:
@@ -108,16 +153,22 @@ class RankSession:
         self.dir = os.environ[ENV_DIR]
         self.timeout = float(os.environ.get(ENV_TIMEOUT, "120"))
         self.round = int(os.environ.get(ENV_ROUND, "0"))
+        self.grace = min(float(os.environ.get(ENV_GRACE, GRACE_S)), self.timeout)
         self.out = open(os.path.join(self.dir, f"rank{self.rank}.jsonl"), "a",  # noqa: SIM115
                         encoding="utf-8")
         self.stack_file = open(os.path.join(self.dir, f"stack-rank{self.rank}.txt"),  # noqa: SIM115
                                "a", encoding="utf-8")
         self.store: Any = None
+        self.watch_store: Any = None  # the watchdog thread's own client
+        self.diverged = False
+        self.last: str | None = None  # the node id of the last test this rank finished
         self.index: dict[str, int] = {}
         self.reports: dict[str, list[pytest.TestReport]] = {}
         self.lock = threading.Lock()  # the watchdog thread writes too
         self.watchdog = Watchdog(self)
         self.watchdog.start()
+        self.collect_s = float(os.environ.get(ENV_COLLECT_TIMEOUT, COLLECT_TIMEOUT_S))
+        self.watchdog.arm(self.collect_s, i=-1, nodeid="(collection)", state="collecting")
 
     # -- records and the store ------------------------------------------------------------
     def write(self, **record: Any) -> None:
@@ -126,25 +177,55 @@ class RankSession:
             self.out.write(json.dumps(record, default=str) + "\n")
             self.out.flush()
 
+    def _connect(self) -> Any:
+        import torch.distributed as dist  # the ranks import torch for the tests anyway
+
+        wait = timedelta(seconds=self.timeout * 2 + 60)
+        tcp = dist.TCPStore(os.environ.get("MASTER_ADDR", "127.0.0.1"),
+                            int(os.environ["MASTER_PORT"]), None, False, timeout=wait)
+        return dist.PrefixStore(f"simharness-run/{self.round}/", tcp)
+
     def _store(self) -> Any:
         if self.store is None:
-            import torch.distributed as dist  # the ranks import torch for the tests anyway
-
-            wait = timedelta(seconds=self.timeout * 2 + 60)
-            tcp = dist.TCPStore(os.environ.get("MASTER_ADDR", "127.0.0.1"),
-                                int(os.environ["MASTER_PORT"]), None, False, timeout=wait)
-            self.store = dist.PrefixStore(f"simharness-run/{self.round}/", tcp)
+            self.store = self._connect()
         return self.store
 
-    def barrier(self, name: str) -> None:
-        """Wait until every rank reached ``name`` (a counter and a go key on the store)."""
+    def peer_skipped(self, i: int) -> bool:
+        """Whether a rank recorded a skip of test ``i`` (the watchdog thread's question)."""
+        try:
+            if self.watch_store is None:
+                self.watch_store = self._connect()
+            return int(self.watch_store.add(f"skip/{i}", 0)) > 0
+        except Exception:  # noqa: BLE001  (a store gone at shutdown: no divergence seen)
+            return False
+
+    def barrier(self, name: str, *, until_ended: bool = False) -> bool:
+        """Wait until every rank reached ``name`` (a counter and a go key on the store).
+
+        ``until_ended``: give up, returning False, when a rank's pytest session ended
+        meanwhile (it will never reach ``name``)."""
         if self.world == 1:
-            return
+            return True
         store = self._store()
         if store.add(f"b/{name}", 1) == self.world:
             store.set(f"go/{name}", "1")
-        else:
-            store.wait([f"go/{name}"])
+            return True
+        while True:
+            try:
+                store.wait([f"go/{name}"], timedelta(seconds=POLL_S))
+                return True
+            except Exception:  # noqa: BLE001  (torch's store timeout: DistStoreError)
+                if until_ended and int(store.add("ended", 0)) > 0:
+                    return False
+
+    def ended_ranks(self) -> dict[int, str]:
+        """Ranks whose session ended, with the last test each finished."""
+        store = self._store()
+        out = {}
+        for r in range(self.world):
+            if store.check([f"ended/{r}"]):
+                out[r] = store.get(f"ended/{r}").decode()
+        return out
 
     # -- collection -----------------------------------------------------------------------
     @pytest.hookimpl(trylast=True)
@@ -164,6 +245,10 @@ class RankSession:
         digest = _digest(ids)
         self.write(kind="collected", n=len(ids), digest=digest,
                    nodeids=ids if self.rank == 0 else None)
+        # its own is done: wait longer than a slow peer's own collection watchdog, so that
+        # the stuck rank is the one that reports (with its stack)
+        self.watchdog.arm(2 * self.collect_s + 10, i=-1, nodeid="(collection)",
+                          state="waiting-for-collection")
         if self.world > 1:  # also with no test: the others wait for this rank's digest
             store = self._store()
             store.set(f"collect/{self.rank}", digest)
@@ -174,6 +259,7 @@ class RankSession:
                 raise pytest.UsageError(
                     f"ranks {differ} collected other tests than rank 0 (parametrisation or "
                     f"skip conditions that depend on the rank or on hash order)")
+        self.watchdog.disarm()
 
     def pytest_collectreport(self, report: pytest.CollectReport) -> None:
         if report.failed:
@@ -185,7 +271,9 @@ class RankSession:
     def pytest_runtest_protocol(self, item: pytest.Item, nextitem: pytest.Item | None):
         i = self.index.get(item.nodeid, -1)
         self.watchdog.arm(self.timeout, i=i, nodeid=item.nodeid, state="waiting-to-start")
-        self.barrier(f"t{i}")
+        if self.diverged or not self.barrier(f"t{i}", until_ended=True):
+            yield from self._diverge(item, i)
+            return
         self.watchdog.arm(self.timeout, i=i, nodeid=item.nodeid, state="running")
         before = _live_groups()
         start = time.monotonic()
@@ -193,6 +281,18 @@ class RankSession:
         _destroy_new_groups(before)
         self.watchdog.update(state="finished")  # still armed: a stuck peer is still this test
         self._record(item, time.monotonic() - start)
+
+    def _diverge(self, item: pytest.Item, i: int):
+        """A test that a rank whose session ended will never start: record it (the first
+        time), skip it here and stop this rank's session too."""
+        if not self.diverged:
+            self.diverged = True
+            self.write(kind="diverged", i=i, nodeid=item.nodeid, ended=self.ended_ranks(),
+                       last=self.last)
+            item.session.shouldstop = "simharness: a rank's pytest session ended early"
+        item.add_marker(pytest.mark.skip(reason="simharness: the ranks diverged"))
+        yield
+        self.reports.pop(item.nodeid, None)
 
     @pytest.hookimpl(hookwrapper=True)
     def pytest_runtest_makereport(self, item: pytest.Item, call: pytest.CallInfo):
@@ -220,15 +320,23 @@ class RankSession:
                 reason = str(lr[2] if isinstance(lr, tuple) and len(lr) == 3 else lr)
         if outcome == "skipped" and any(getattr(r, "wasxfail", None) for r in reports):
             reason = "xfail: " + reason
-        self.write(kind="test", i=self.index.get(item.nodeid, -1), nodeid=item.nodeid,
+        i = self.index.get(item.nodeid, -1)
+        self.write(kind="test", i=i, nodeid=item.nodeid,
                    outcome=outcome, longrepr=longrepr, reason=reason,
                    needs_gpu=outcome == "skipped" and reason.startswith(NEEDS_GPU_PREFIX),
                    duration=round(duration, 4))
+        self.last = item.nodeid
+        if outcome == "skipped" and self.world > 1:
+            self._store().add(f"skip/{i}", 1)  # a peer still inside it waits for nothing
 
     # -- the end --------------------------------------------------------------------------
     @pytest.hookimpl(tryfirst=True)
     def pytest_sessionfinish(self, session: pytest.Session, exitstatus: int) -> None:
-        if self.index and int(exitstatus) in (0, 1):
+        if self.world > 1 and self.index:
+            store = self._store()
+            store.set(f"ended/{self.rank}", self.last or "")  # before "ended": see barrier
+            store.add("ended", 1)
+        if self.index and (int(exitstatus) in (0, 1) or self.diverged):
             self.barrier("end")  # the watchdog stays armed: a peer stuck in the last test
         self.watchdog.disarm()
         from ..launch import gpu_shim
@@ -236,7 +344,7 @@ class RankSession:
         shim = gpu_shim.active()
         self.write(kind="end", exitstatus=int(exitstatus), peak_rss_kib=_peak_rss_kib(),
                    shim_ignored=shim.ignored_summary() if shim is not None else [])
-        if int(exitstatus) in (0, 1):
+        if int(exitstatus) in (0, 1) or self.diverged:
             # the verdicts are in the records; a rank ends 0 whatever its tests did, so
             # that torch's agents all succeed and none waits in the exit barrier for one
             # whose ranks "failed" (several nodes)

@@ -20,8 +20,18 @@ from dataclasses import dataclass, field
 from ..errors import SimharnessError, whole_number_problem
 from ..launch.launcher import LaunchResult, LaunchSpec, launch
 from ..resources import MIB, available_memory, proc_kib
-from .plugin import ENV_DIR, ENV_DONE, ENV_ROUND, ENV_TIMEOUT, HANG_EXIT
-from .verdicts import Verdict, exit_code, read_records, verdict
+from .plugin import (
+    COLLECT_TIMEOUT_S,
+    ENV_COLLECT_TIMEOUT,
+    ENV_DIR,
+    ENV_DONE,
+    ENV_GRACE,
+    ENV_ROUND,
+    ENV_TIMEOUT,
+    GRACE_S,
+    HANG_EXIT,
+)
+from .verdicts import Verdict, _span, exit_code, not_started, read_records, verdict
 
 #: Extra MiB per rank over this process's own RSS (torch imported): pytest, the test
 #: modules, gloo's buffers and threads. Measured peaks are printed after each run.
@@ -96,6 +106,8 @@ class RunSpec:
     results_dir: str | None = None
     log_dir: str | None = None
     max_rounds: int = 1000
+    grace_s: float = GRACE_S  # how long ranks may stay in a test another rank skipped
+    collect_timeout_s: float = COLLECT_TIMEOUT_S  # how long a rank may take to collect
 
     def __post_init__(self):
         for name, low in (("nproc_per_node", 1), ("nnodes", 1), ("max_rounds", 1)):
@@ -104,6 +116,9 @@ class RunSpec:
                 raise RunError(problem)
         if not self.timeout_s > 0:
             raise RunError(f"timeout_s must be > 0, got {self.timeout_s!r}")
+        for name in ("grace_s", "collect_timeout_s"):
+            if not getattr(self, name) > 0:
+                raise RunError(f"{name} must be > 0, got {getattr(self, name)!r}")
         if self.nnodes > 1 and not self.results_dir:
             raise RunError(f"nnodes {self.nnodes} needs a results directory every node can "
                            f"write (--results-dir on a shared filesystem)")
@@ -124,6 +139,7 @@ class RunReport:
     interrupted: int | None = None
     peak_rss_kib: dict[int, int] = field(default_factory=dict)
     shim_ignored: tuple[str, ...] = ()
+    not_run: int = 0  # tests left when a rank's session ended early (see ``not_started``)
 
     @property
     def exit_code(self) -> int:
@@ -227,7 +243,7 @@ def run_pytest(spec: RunSpec, on_verdict: Callable[[Verdict], None] | None = Non
             shutil.rmtree(root, ignore_errors=True)
     return RunReport(tuple(runner.judged.values()), spec.world_size, rounds,
                      time.monotonic() - t0, runner.interrupted, runner.peaks,
-                     tuple(sorted(runner.ignored)))
+                     tuple(sorted(runner.ignored)), runner.not_run)
 
 
 class _Runner:
@@ -241,6 +257,7 @@ class _Runner:
         self.peaks: dict[int, int] = {}
         self.interrupted: int | None = None
         self.ignored: set[str] = set()
+        self.not_run = 0
 
     def emit(self, v: Verdict) -> None:
         with self.lock:
@@ -269,7 +286,8 @@ class _Runner:
         log_dir = (os.path.join(spec.log_dir, f"round{rnd.number}") if spec.log_dir
                    else os.path.join(rnd.dir, "logs"))
         env = {ENV_DIR: rnd.dir, ENV_DONE: done_file, ENV_TIMEOUT: str(spec.timeout_s),
-               ENV_ROUND: str(rnd.number)}
+               ENV_ROUND: str(rnd.number), ENV_GRACE: str(spec.grace_s),
+               ENV_COLLECT_TIMEOUT: str(spec.collect_timeout_s)}
         # no cache writes from W processes at once; no per-process random test order
         target = ("-m", "pytest", "-p", "simharness.runtests.plugin", "-p", "no:cacheprovider",
                   "-p", "no:randomly", *spec.pytest_args)
@@ -301,6 +319,7 @@ class _Runner:
         problem = _first_error(recs)
         if problem:
             raise RunError(problem)
+        _collection_hang(recs, spec.collect_timeout_s)
         order = _order(recs)
         if rnd.number == 0 and order == []:
             err = RunError("the pytest arguments select no tests (pytest's exit status 5): "
@@ -313,6 +332,11 @@ class _Runner:
         if not pending:
             return True
         stuck_on = pending[0]
+        waiting = _tests_by_rank(recs, "diverged").get(stuck_on, {})
+        if waiting:  # a rank's session ended before this test: stop, as pytest -x does
+            self.emit(not_started(stuck_on, waiting, world))
+            self.not_run = len(pending) - 1
+            return True
         hangs = _tests_by_rank(recs, "hang").get(stuck_on, {})
         tests = _tests_by_rank(recs, "test").get(stuck_on, {})
         if not hangs and len(tests) < world and all(x.exitcode == 0 for x in result.ranks):
@@ -321,6 +345,33 @@ class _Runner:
         lost = {} if hangs else _lost(result, set(tests), world, log_dir, spec.nproc_per_node)
         self.emit(verdict(stuck_on, tests, world, hangs=hangs, lost=lost))
         return False
+
+
+def _collection_hang(recs: dict[int, list[dict]], timeout_s: float) -> None:
+    """Raise :class:`RunError` (``.stacks``: the stuck ranks' stacks) when a rank's watchdog
+    fired while it was still collecting the tests."""
+    hangs = {r: row for r, rows in recs.items() for row in rows
+             if row.get("kind") == "hang" and row.get("nodeid") == "(collection)"}
+    if not hangs:
+        return
+    stuck = sorted(r for r, h in hangs.items() if h.get("state") == "collecting")
+    collected = {r for r, rows in recs.items() if any(x.get("kind") == "collected" for x in rows)}
+    # ranks that gave up waiting: the stuck ones are those that never collected (stopped
+    # by the launcher before their own watchdog fired, so without a stack)
+    stuck = stuck or sorted(set(recs) - collected)
+    if not stuck:
+        return
+    waiting = sorted(set(hangs) - set(stuck))
+    others = f"; ranks {_span(waiting)} had collected and waited for them" if waiting else ""
+    have = [r for r in stuck if r in hangs]
+    where = ("the stuck ranks' stacks are printed above" if have else
+             "they were stopped before their own watchdog wrote a stack")
+    err = RunError(f"collecting the tests hung on ranks {_span(stuck)} (past {timeout_s:g}s, "
+                   f"--collect-timeout){others}; {where}")
+    err.stacks = "\n".join(  # type: ignore[attr-defined]
+        f"--- rank {r} stack (collecting) ---\n{hangs[r].get('stack', '').rstrip()}"
+        for r in have)
+    raise err
 
 
 def _poll(rnd: _Round, judge: Callable[[dict[int, list[dict]]], None],

@@ -7,6 +7,9 @@ its watchdog stopped, with its stack), ``collected``, ``collect_error``, ``end``
 
 - **skipped: needs GPU** when any rank stopped on ``NeedsGPU`` (the other ranks then fail
   or wait for it, which is not the test's fault);
+- **diverged** when the ranks did not all run it: some skipped it and the others were still
+  inside it a grace period later (their watchdogs stopped them, ``state: diverged``), or
+  (:func:`not_started`) a rank's session had ended before it;
 - **hung** when any rank's watchdog fired in it (stuck ranks named, with their stacks);
 - **failed** when any rank failed or errored (the first failing rank and its traceback);
 - **skipped** when every rank skipped, or some skipped and the rest passed (ranks named);
@@ -29,7 +32,7 @@ import xml.etree.ElementTree as ET
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
-OUTCOMES = ("passed", "failed", "skipped", "hung")
+OUTCOMES = ("passed", "failed", "skipped", "hung", "diverged")
 NEEDS_GPU_PREFIX = "needs GPU: "
 
 
@@ -68,6 +71,9 @@ def verdict(nodeid: str, records: Mapping[int, Mapping], world: int,
     if gpu:
         return Verdict(nodeid, "skipped", tuple(gpu), gpu[0],
                        str(records[gpu[0]].get("reason") or "needs GPU"), duration, True)
+    diverged = sorted(r for r, h in hangs.items() if h.get("state") == "diverged")
+    if diverged:
+        return _skip_diverged(nodeid, records, hangs, diverged, world, duration)
     stuck = sorted(r for r, h in hangs.items() if h.get("state") == "running")
     if hangs:
         stuck = stuck or sorted(hangs)
@@ -97,6 +103,44 @@ def verdict(nodeid: str, records: Mapping[int, Mapping], world: int,
             reason = f"skipped on ranks {_span(skipped)} only: {reason}"
         return Verdict(nodeid, "skipped", tuple(skipped), skipped[0], reason, duration)
     return Verdict(nodeid, "passed", tuple(sorted(records)), None, "", duration)
+
+
+def _skip_diverged(nodeid: str, records: Mapping[int, Mapping], hangs: Mapping[int, Mapping],
+                   diverged: list[int], world: int, duration: float) -> Verdict:
+    skipped = sorted(r for r, rec in records.items() if rec.get("outcome") == "skipped")
+    reason = str(records[skipped[0]].get("reason") or "") if skipped else ""
+    others = sorted(set(range(world)) - set(skipped) - set(diverged))
+    parts = [f"skipped on ranks {_span(skipped) or '?'}" + (f" ({reason})" if reason else "")
+             + f" but run on ranks {_span(diverged)}, still inside it "
+             f"{max(float(hangs[r].get('elapsed') or 0.0) for r in diverged):.1f}s after it "
+             f"started (waiting for the ranks that skipped, e.g. in a collective): a skip "
+             f"that depends on the rank"
+             + (f"; ranks {_span(others)} were stopped with them" if others else "")]
+    for r in diverged:
+        parts.append(f"--- rank {r} stack ---\n{hangs[r].get('stack', '').rstrip()}")
+    return Verdict(nodeid, "diverged", tuple(diverged), diverged[0], "\n".join(parts), duration)
+
+
+def not_started(nodeid: str, waiting: Mapping[int, Mapping], world: int) -> Verdict:
+    """The verdict of a test that ranks ``waiting`` (rank -> ``diverged`` record, with
+    ``ended``: rank -> the last test it finished) were to start when the other ranks'
+    pytest sessions had already ended (``-x``, ``--maxfail``, ``pytest.exit``).
+
+    >>> v = not_started("t.py::test_b", {0: {"ended": {"1": "t.py::test_a"}}}, world=2)
+    >>> v.outcome, v.ranks
+    ('diverged', (1,))
+    >>> v.detail.split(" (")[0]
+    'not started on ranks 1: their pytest session ended after t.py::test_a'
+    """
+    ended: dict[int, str] = {}
+    for rec in waiting.values():
+        ended.update({int(r): str(last) for r, last in (rec.get("ended") or {}).items()})
+    gone = sorted(set(ended) - set(waiting)) or sorted(set(range(world)) - set(waiting))
+    lasts = sorted({ended.get(r) or "(no test)" for r in gone})
+    detail = (f"not started on ranks {_span(gone)}: their pytest session ended after "
+              f"{', '.join(lasts)} (-x, --maxfail or pytest.exit stop one rank, not the "
+              f"others); ranks {_span(waiting)} waited to start it")
+    return Verdict(nodeid, "diverged", tuple(gone), gone[0] if gone else None, detail, 0.0)
 
 
 def _span(ranks: Iterable[int]) -> str:
@@ -131,7 +175,7 @@ def exit_code(verdicts: Iterable[Verdict], *, interrupted: bool = False) -> int:
         return 2
     if not vs:
         return 5
-    return 1 if any(v.outcome in ("failed", "hung") for v in vs) else 0
+    return 1 if any(v.outcome in ("failed", "hung", "diverged") for v in vs) else 0
 
 
 def counts(verdicts: Iterable[Verdict]) -> dict[str, int]:
@@ -153,7 +197,7 @@ def junit_xml(verdicts: Iterable[Verdict], *, name: str = "simharness-run",
     vs = list(verdicts)
     c = counts(vs)
     suite = ET.Element("testsuite", name=name, tests=str(len(vs)),
-                       failures=str(c["failed"] + c["hung"]), errors="0",
+                       failures=str(c["failed"] + c["hung"] + c["diverged"]), errors="0",
                        skipped=str(c["skipped"]), time=f"{wall_s:.3f}")
     props = ET.SubElement(suite, "properties")
     ET.SubElement(props, "property", name="world_size", value=str(world))
@@ -167,9 +211,10 @@ def junit_xml(verdicts: Iterable[Verdict], *, name: str = "simharness-run",
         if v.outcome == "failed":
             el = ET.SubElement(case, "failure", message=f"failed on rank {v.first_rank}")
             el.text = v.detail
-        elif v.outcome == "hung":
-            el = ET.SubElement(case, "failure", type="hang",
-                               message=f"hung on ranks {_span(v.ranks)}")
+        elif v.outcome in ("hung", "diverged"):
+            kind = "hang" if v.outcome == "hung" else "diverged"
+            el = ET.SubElement(case, "failure", type=kind,
+                               message=f"{v.outcome} on ranks {_span(v.ranks)}")
             el.text = v.detail
         elif v.outcome == "skipped":
             ET.SubElement(case, "skipped", message=v.detail[:500])

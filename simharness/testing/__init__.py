@@ -108,6 +108,8 @@ def _run_on_ranks(item: pytest.Function, mark: pytest.Mark) -> None:
                     f"{list(v.ranks)}):\n{v.detail}", pytrace=False)
     if v.outcome == "hung":
         pytest.fail(f"hung past {timeout:g} s on {world} ranks:\n{v.detail}", pytrace=False)
+    if v.outcome == "diverged":
+        pytest.fail(f"the {world} ranks did not all run it:\n{v.detail}", pytrace=False)
 
 
 @pytest.fixture(autouse=True)
