@@ -59,7 +59,8 @@ def test_faithful_capture_sees_what_torchrun_sees(tmp_path):
     from simharness.capture.faithful import run_faithful
 
     target = parse_command(["python", str(SCRIPTS / "faithful_job.py")])
-    cap = run_faithful(target, 4, timeout=120, getters=["__main__:SUMMARY"],
+    census = "simharness.capture.lazy_group:census()"
+    cap = run_faithful(target, 4, timeout=120, getters=["__main__:SUMMARY", census],
                        check_memory=False)  # other processes may hold memory here
     assert cap.complete, {r: rec.error for r, rec in cap.records.items()}
     for r in range(4):
@@ -68,6 +69,14 @@ def test_faithful_capture_sees_what_torchrun_sees(tmp_path):
         assert got["sum"] == 10.0                  # all_reduce of 1+2+3+4 on real gloo
         assert got["hosts"] == ["node0", "node0", "node1", "node1"]   # all_gather_object
         assert got["box"] == {"from": 0}           # broadcast_object_list
+        node = [1, 2] if r < 2 else [3, 4]         # on the rank's NODE subgroup:
+        assert got["node_sum"] == sum(node)        # all_reduce
+        assert got["node_ranks"] == [n - 1 for n in node]   # all_gather_object
+        assert got["node_backend"] == "gloo"
+        # Only the default group and the NODE group ran collectives: the other groups
+        # this rank is in (SUBGROUP, SPLIT, mesh_dp, mesh_tp, the set-order groups of
+        # ranks 0-1) have no communicator.
+        assert cap.records[r].getters[census] == {"idle": 4 + 8 * (r < 2), "connected": 2}
         (init,) = cap.records[r].init["calls"]
         assert init["backend"] == "cuda:nccl,cpu:gloo" and init["device_id"] == f"cuda:{r}"
     groups = {(c.desc, c.group) for c in cap.groups()}

@@ -11,7 +11,9 @@ agent, :mod:`simharness.launch.launcher`; it also runs under a plain ``torchrun`
 * wraps ``init_process_group``, ``new_group`` and ``split_group`` (every name bound to them,
   so ``new_subgroups*`` and ``init_device_mesh`` are seen too) to record each call
   (:class:`~simharness.capture.record.GroupCall`) and then make it for real: the default
-  group is real gloo over the loopback store, so collectives return real data;
+  group is real gloo over the loopback store, so collectives return real data; a gloo
+  subgroup gets its real communicator when the script first runs a collective on it
+  (:mod:`.lazy_group`; ``SIMHARNESS_EAGER_SUBGROUPS=1`` connects each at creation);
 * starts a watchdog: once every other rank has written its record, a rank still running
   after ``--grace`` seconds (or any rank after ``--timeout``) writes its main thread's
   stack into its record and exits.
@@ -25,6 +27,7 @@ when stopped.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import signal
 import socket
@@ -38,6 +41,9 @@ from .merge import rank_record, record_name, write_record
 from .record import FAILED, OK, STOPPED, TIMEOUT, GetterSpec
 
 EXIT_FAILED, EXIT_STUCK = 1, 3
+#: ``SIMHARNESS_EAGER_SUBGROUPS=1``: connect every gloo subgroup at creation, as before
+#: :mod:`.lazy_group` (for comparing the two).
+EAGER_ENV = "SIMHARNESS_EAGER_SUBGROUPS"
 DEFAULT_GRACE_S = 5.0
 _POLL_S = 0.2
 
@@ -164,6 +170,8 @@ def install_recorder(run: RankRun) -> None:
     from .runtime import _intern, _interned_ranks, call_stack, stack_text
 
     rec = run.rec
+    lazy = (contextlib.nullcontext if os.environ.get(EAGER_ENV) == "1"
+            else _lazy_subgroups())
     orig_init, orig_new = c10d.init_process_group, c10d.new_group
     orig_split = getattr(c10d, "split_group", None)
 
@@ -185,9 +193,10 @@ def install_recorder(run: RankRun) -> None:
         if device_id is not None:
             extra["device_id"] = device_id
         count = c10d._world.group_count
-        pg = orig_new(ranks=ranks, timeout=timeout, backend=backend, pg_options=pg_options,
-                      use_local_synchronization=use_local_synchronization,
-                      group_desc=group_desc, **extra)
+        with lazy():
+            pg = orig_new(ranks=ranks, timeout=timeout, backend=backend, pg_options=pg_options,
+                          use_local_synchronization=use_local_synchronization,
+                          group_desc=group_desc, **extra)
         record(ranks, group_desc, backend, use_local_synchronization, pg_options, kwargs, pg)
         if rec.calls[-1][5] is None and not use_local_synchronization:
             last = rec.calls[-1]
@@ -197,8 +206,9 @@ def install_recorder(run: RankRun) -> None:
     def split_group(parent_pg=None, split_ranks=None, timeout=None, pg_options=None,
                     group_desc=None, **kwargs):
         assert orig_split is not None  # only installed where torch has split_group
-        pg = orig_split(parent_pg=parent_pg, split_ranks=split_ranks, timeout=timeout,
-                        pg_options=pg_options, group_desc=group_desc, **kwargs)
+        with lazy():
+            pg = orig_split(parent_pg=parent_pg, split_ranks=split_ranks, timeout=timeout,
+                            pg_options=pg_options, group_desc=group_desc, **kwargs)
         parent = parent_pg or c10d._get_default_group()
         world = parent is c10d._get_default_group()
         for split in split_ranks or ():
@@ -226,6 +236,12 @@ def install_recorder(run: RankRun) -> None:
             v = d.get(key)
             if v is not None and id(v) in swaps:
                 d[key] = swaps[id(v)]
+
+
+def _lazy_subgroups() -> Any:
+    from .lazy_group import lazy_gloo_subgroups
+
+    return lazy_gloo_subgroups
 
 
 # ----------------------------------------------------------------------- main
