@@ -46,6 +46,19 @@ EXIT_FAILED, EXIT_STUCK = 1, 3
 EAGER_ENV = "SIMHARNESS_EAGER_SUBGROUPS"
 DEFAULT_GRACE_S = 5.0
 _POLL_S = 0.2
+_DRAIN: list[Any] = [None]   # prefix_output's drain, when this rank prefixes its output
+
+
+def drain_output() -> None:
+    """Write out what the output thread still holds (see :mod:`simharness.launch.output`)."""
+    if _DRAIN[0] is not None:
+        _DRAIN[0]()
+
+
+def exit_now(status: int) -> None:
+    """``os._exit`` after draining the prefixed output."""
+    drain_output()
+    os._exit(status)
 
 
 def parse(argv: list[str]) -> argparse.Namespace:
@@ -122,8 +135,13 @@ class RankRun:
     # -------------------------------------------------------------- watchdog
     def watch(self, timeout: float | None, grace: float) -> None:
         """A daemon thread: names this rank stuck (its stack) and ends the process."""
-        others = [os.path.join(self.out_dir, record_name(r)) for r in range(self.world)
-                  if r != self.rank]
+        others = {record_name(r) for r in range(self.world) if r != self.rank}
+
+        def all_others_written() -> bool:  # one directory read, not one stat per rank
+            try:
+                return others <= set(os.listdir(self.out_dir))
+            except OSError:
+                return False
 
         def loop() -> None:
             all_done_at = None
@@ -133,7 +151,7 @@ class RankRun:
                 if timeout is not None and now - self.t0 > timeout:
                     msg = f"rank {self.rank} did not finish within {timeout:g} s"
                 elif all_done_at is None:
-                    if others and all(os.path.exists(p) for p in others):
+                    if others and all_others_written():
                         all_done_at = now
                     continue
                 elif now - all_done_at > grace:
@@ -144,7 +162,7 @@ class RankRun:
                 if self.write(TIMEOUT, {"kind": "timeout", "message": msg,
                                         "where": self.main_stack(),
                                         "calls_before": len(self.rec.calls)}):
-                    os._exit(EXIT_STUCK)
+                    exit_now(EXIT_STUCK)
                 return
 
         threading.Thread(target=loop, name="simharness-capture-watchdog", daemon=True).start()
@@ -157,7 +175,7 @@ class RankRun:
         name = signal.Signals(signum).name
         self.write(STOPPED, {"kind": "stopped", "message": f"stopped by {name} before it "
                              f"finished", "where": stack, "calls_before": len(self.rec.calls)})
-        os._exit(128 + signum)
+        exit_now(128 + signum)
 
 
 # ------------------------------------------------------------------ recording
@@ -262,10 +280,14 @@ def _classify(exc: BaseException, run: RankRun) -> dict[str, Any]:
 def main(argv: list[str] | None = None) -> int:
     """Entry of ``python -m simharness.capture.rank``; returns the exit status."""
     from ..launch.env import RankEnv, slurm_environ
+    from ..launch.output import PREFIX_ENV, prefix_output
     from ..launch.rank import RankArgs, run_target
+    from ..launch.stagger import SLOTS_ENV, start_slot
 
     ns = parse(sys.argv[1:] if argv is None else argv)
     os.environ.update(slurm_environ(os.environ))
+    if os.environ.get(PREFIX_ENV) and _DRAIN[0] is None:
+        _DRAIN[0] = prefix_output(f"[rank{os.environ.get('RANK', '?')}]:")
     env = RankEnv.from_environ(os.environ)
     os.makedirs(ns.out_dir, exist_ok=True)
     target = ns.target
@@ -275,6 +297,7 @@ def main(argv: list[str] | None = None) -> int:
     specs = tuple(GetterSpec.parse(g) for g in ns.getter)
     if ns.fake:
         return _main_fake(ns, rank_args, env, specs)
+    release = start_slot(os.environ.get(SLOTS_ENV), env.rank)  # before torch is imported
     run = RankRun(ns.out_dir, env.rank, env.world_size, specs)
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, run.on_signal)
@@ -283,6 +306,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         _prepare(rank_args, env)
         install_recorder(run)
+        release()
         namespace = run_target_namespace(rank_args, run_target)
     except SystemExit as exc:
         if exc.code not in (None, 0):
@@ -373,4 +397,6 @@ def run_target_namespace(rank_args: Any, run_target: Any) -> dict[str, Any] | No
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    _status = main()
+    drain_output()
+    sys.exit(_status)
