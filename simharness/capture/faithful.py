@@ -123,6 +123,25 @@ def rank_command(target: Target, out_dir: str, *, timeout: float | None, grace: 
     return ("-m", "simharness.capture.rank", *opts, "--", *target.argv)
 
 
+#: How many ranks may import at once: ``SIMHARNESS_CAPTURE_START_SLOTS`` (0: all at once).
+SLOTS_ENV = "SIMHARNESS_CAPTURE_START_SLOTS"
+
+
+def start_slots_for(asked: int | None, environ: Any = None) -> int:
+    """The start slots of a capture: ``asked``, else :data:`SLOTS_ENV`, else
+    :func:`simharness.launch.stagger.default_slots`.
+
+    >>> start_slots_for(3), start_slots_for(None, {SLOTS_ENV: "0"})
+    (3, 0)
+    """
+    from ..launch.stagger import default_slots
+
+    if asked is not None:
+        return asked
+    text = (os.environ if environ is None else environ).get(SLOTS_ENV, "")
+    return int(text) if text.isdigit() else default_slots()
+
+
 def run_faithful(target: Target, world_size: int, *, timeout: float | None = 120.0,
                  grace: float = 5.0, getters: Sequence[str | GetterSpec] = (),
                  log_dir: str | None = None, record_dir: str | None = None,
@@ -132,7 +151,6 @@ def run_faithful(target: Target, world_size: int, *, timeout: float | None = 120
     """Run ``target`` on ``world_size`` ranks (see the module doc); returns the capture,
     partial when a rank failed or the run was interrupted (``meta["signal"]``)."""
     from ..launch.launcher import LaunchSpec, launch
-    from ..launch.stagger import default_slots
 
     if world_size < 1:
         raise CaptureError(f"world size {world_size}: capture needs at least one rank.")
@@ -160,7 +178,7 @@ def run_faithful(target: Target, world_size: int, *, timeout: float | None = 120
                                        getters=specs),
                           nproc_per_node=world_size, shim=False, log_dir=log_dir,
                           grace_s=max(1, int(grace)), prefix_in_rank=True,
-                          start_slots=default_slots() if start_slots is None else start_slots)
+                          start_slots=start_slots_for(start_slots))
         if progress is not None:
             progress(f"capture: starting {world_size} rank processes")
         with _rank_environ({}), contextlib.redirect_stdout(sys.stderr), _fd_stdout_to_stderr():
