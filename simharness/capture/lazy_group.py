@@ -30,6 +30,8 @@ import torch
 from torch._C._distributed_c10d import ProcessGroup
 from torch.distributed import distributed_c10d as c10d
 
+_PG: Any = ProcessGroup  # the base class's own methods, called past this class's overrides
+
 #: The collectives torch's Python API (and the functional collectives, through the
 #: ProcessGroup trampoline) call on a group object; each goes to the real backend.
 COLLECTIVES = (
@@ -44,7 +46,7 @@ class LazyGlooGroup(ProcessGroup):
     """A gloo group whose backend is created on first use (see the module doc)."""
 
     def __init__(self, store: Any, rank: int, size: int, timeout: Any = None):
-        super().__init__(rank, size)
+        _PG.__init__(self, rank, size)  # (store, rank, size) cannot build a subclass
         self._lazy_args = (store, rank, size, timeout)
         self._lazy_real: Any = None
         self._lazy_name = ""
@@ -66,10 +68,10 @@ class LazyGlooGroup(ProcessGroup):
                 setattr(real.options, key, value)
             real._set_sequence_number_for_group()
             for device in ("cpu", "cuda"):   # as torch registers a gloo group's backend
-                ProcessGroup._register_backend(self, torch.device(device),
-                                               ProcessGroup.BackendType.GLOO, real)
-            ProcessGroup._set_group_name(self, self._lazy_name)
-            ProcessGroup._set_group_desc(self, self._lazy_desc)
+                _PG._register_backend(self, torch.device(device),
+                                               _PG.BackendType.GLOO, real)
+            _PG._set_group_name(self, self._lazy_name)
+            _PG._set_group_desc(self, self._lazy_desc)
             self._lazy_real = real
         return self._lazy_real
 
@@ -80,32 +82,32 @@ class LazyGlooGroup(ProcessGroup):
     def _set_group_name(self, name: str) -> None:
         self._lazy_name = name
         if self._lazy_real is not None:
-            ProcessGroup._set_group_name(self, name)
+            _PG._set_group_name(self, name)
 
     def _set_group_desc(self, desc: str) -> None:
         self._lazy_desc = desc
         if self._lazy_real is not None:
-            ProcessGroup._set_group_desc(self, desc)
+            _PG._set_group_desc(self, desc)
 
     @property
-    def group_name(self) -> str:  # type: ignore[override]
+    def group_name(self) -> Any:  # torch's GroupName, a str
         return self._lazy_name
 
     @property
-    def group_desc(self) -> str:  # type: ignore[override]
+    def group_desc(self) -> str:
         return self._lazy_desc
 
     @property
-    def _device_types(self) -> list[torch.device]:  # type: ignore[override]
+    def _device_types(self) -> list[torch.device]:
         return [torch.device("cuda"), torch.device("cpu")]  # a real gloo group's answer
 
-    def _get_backend(self, device: Any) -> Any:  # type: ignore[override]
+    def _get_backend(self, device: Any) -> Any:
         return self.real_backend()
 
-    def name(self) -> str:  # type: ignore[override]
+    def name(self) -> str:
         return "gloo"
 
-    def _get_backend_name(self) -> str:  # type: ignore[override]
+    def _get_backend_name(self) -> str:
         return "gloo"
 
 

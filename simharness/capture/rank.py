@@ -469,10 +469,8 @@ def finish(status: int) -> None:
         atexit._run_exitfuncs()
     finally:
         for stream in (sys.stdout, sys.stderr):
-            try:
+            with contextlib.suppress(OSError, ValueError, AttributeError):
                 stream.flush()
-            except (OSError, ValueError, AttributeError):
-                pass
         exit_now(status)
 
 

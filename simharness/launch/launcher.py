@@ -12,7 +12,9 @@ Output: each rank's stdout/stderr lines go to this process's stderr prefixed ``[
 (torch's tee; with ``prefix_in_rank`` the rank bootstrap prefixes its own lines, see
 :mod:`.output`), or only to files under ``log_dir`` when given
 (``<log_dir>/<run_id>_*/attempt_0/<local rank>/stdout.log``). Without ``log_dir`` the
-files live in a temporary directory removed before :func:`launch` returns.
+files live in a temporary directory removed before :func:`launch` returns. ``start_slots``
+N > 0: at most N ranks run their bootstrap's imports at once (:mod:`.stagger`; the
+bootstrap must take part, as ``simharness.capture.rank`` does).
 
 SIGINT/SIGTERM/SIGHUP: torch's agent turns them into ``SignalException``, kills every
 rank's process group (SIGTERM, then SIGKILL after a grace period); :func:`launch` returns a

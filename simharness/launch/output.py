@@ -16,6 +16,7 @@ descriptor level (C++ libraries, subprocesses) is prefixed too, and nothing reac
 
 from __future__ import annotations
 
+import contextlib
 import os
 import sys
 import threading
@@ -80,11 +81,9 @@ def prefix_output(prefix: str) -> Callable[[], None]:
             return
         done.append(True)
         for stream in (sys.stdout, sys.stderr):
-            if stream is not None:
-                try:
+            if stream is not None:  # closed, or re-entered from a signal handler: skip
+                with contextlib.suppress(OSError, ValueError, RuntimeError):
                     stream.flush()
-                except (OSError, ValueError, RuntimeError):  # closed; re-entered from a signal
-                    pass
         devnull = os.open(os.devnull, os.O_WRONLY)
         os.dup2(target, 2)    # late writes (interpreter teardown) still reach stderr
         os.dup2(devnull, 1)

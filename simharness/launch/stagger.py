@@ -57,11 +57,3 @@ def start_slot(value: str | None, rank: int) -> Callable[[], None]:
             os.close(fd)  # closing drops the lock
 
     return release
-
-
-def default_slots() -> int:
-    """The CPUs this process may run on (at least 1)."""
-    try:
-        return max(1, len(os.sched_getaffinity(0)))
-    except AttributeError:  # not Linux
-        return max(1, os.cpu_count() or 1)
