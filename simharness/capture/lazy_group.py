@@ -39,6 +39,7 @@ COLLECTIVES = (
     "allgather_into_tensor_coalesced", "broadcast", "reduce", "gather", "scatter",
     "reduce_scatter", "_reduce_scatter_base", "reduce_scatter_tensor_coalesced", "alltoall",
     "alltoall_base", "barrier", "monitored_barrier", "send", "recv", "recv_anysource",
+    "_get_sequence_number_for_group",  # agreed with the group's rank 0: connects it too
 )
 
 
