@@ -292,14 +292,14 @@ def test_merge_checks_missing_duplicate_and_corrupt_records(tmp_path):
         and len(res.stderr.splitlines()) == 1
 
 
-def _two_agents(out_dirs, *extra):
+def _two_agents(out_dirs, *extra, env_extra=None):
     """Two torchrun agents on loopback (``--nnodes 2``), one rank each, agent i writing into
     ``out_dirs[i]``; returns their (stdout, stderr) after both exit 0."""
     from simharness.launch.launcher import free_port
 
     port = free_port()
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(
-        [str(ROOT), os.environ.get("PYTHONPATH", "")])}
+        [str(ROOT), os.environ.get("PYTHONPATH", "")]), **(env_extra or {})}
     env.pop("PYTHONHASHSEED", None)
     agents = [subprocess.Popen(
         [sys.executable, "-m", "torch.distributed.run", "--nnodes", "2", "--nproc-per-node",
@@ -335,7 +335,10 @@ def test_two_torchrun_agents_hand_their_records_to_rank_0_through_the_store(tmp_
     """``--via-store``: each agent has a folder of its own; the records travel through
     torchrun's c10d store, and only rank 0's folder gets them, with the merged capture."""
     dirs = [tmp_path / "node0", tmp_path / "node1"]
-    outs = _two_agents(dirs, "--via-store", "--store-wait", "60")
+    outs = _two_agents(dirs, "--via-store", "--store-wait", "60",
+                       env_extra={"ATEXIT_DIR": str(tmp_path)})
+    # the ranks end by os._exit after their record, but the script's atexit handlers ran
+    assert sorted(p.name for p in tmp_path.glob("atexit-*")) == ["atexit-0", "atexit-1"]
     full = [d for d in dirs if (d / "capture.json").exists()]
     assert len(full) == 1, outs                       # rank 0's node, whichever it was
     other = dirs[1 - dirs.index(full[0])]
