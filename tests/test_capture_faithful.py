@@ -59,7 +59,8 @@ def test_faithful_capture_sees_what_torchrun_sees(tmp_path):
     from simharness.capture.faithful import run_faithful
 
     target = parse_command(["python", str(SCRIPTS / "faithful_job.py")])
-    cap = run_faithful(target, 4, timeout=120, getters=["__main__:SUMMARY"],
+    census = "simharness.capture.lazy_group:census()"
+    cap = run_faithful(target, 4, timeout=120, getters=["__main__:SUMMARY", census],
                        check_memory=False)  # other processes may hold memory here
     assert cap.complete, {r: rec.error for r, rec in cap.records.items()}
     for r in range(4):
@@ -68,6 +69,14 @@ def test_faithful_capture_sees_what_torchrun_sees(tmp_path):
         assert got["sum"] == 10.0                  # all_reduce of 1+2+3+4 on real gloo
         assert got["hosts"] == ["node0", "node0", "node1", "node1"]   # all_gather_object
         assert got["box"] == {"from": 0}           # broadcast_object_list
+        node = [1, 2] if r < 2 else [3, 4]         # on the rank's NODE subgroup:
+        assert got["node_sum"] == sum(node)        # all_reduce
+        assert got["node_ranks"] == [n - 1 for n in node]   # all_gather_object
+        assert got["node_backend"] == "gloo"
+        # Only the default group and the NODE group ran collectives: the other groups
+        # this rank is in (SUBGROUP, SPLIT, mesh_dp, mesh_tp, the set-order groups of
+        # ranks 0-1) have no communicator.
+        assert cap.records[r].getters[census] == {"idle": 4 + 8 * (r < 2), "connected": 2}
         (init,) = cap.records[r].init["calls"]
         assert init["backend"] == "cuda:nccl,cpu:gloo" and init["device_id"] == f"cuda:{r}"
     groups = {(c.desc, c.group) for c in cap.groups()}
@@ -283,32 +292,62 @@ def test_merge_checks_missing_duplicate_and_corrupt_records(tmp_path):
         and len(res.stderr.splitlines()) == 1
 
 
-def test_two_torchrun_agents_on_loopback_then_merge(tmp_path):
-    """``--nnodes 2``: two agents, one rank each, records in a shared folder, then merged."""
+def _two_agents(out_dirs, *extra, env_extra=None):
+    """Two torchrun agents on loopback (``--nnodes 2``), one rank each, agent i writing into
+    ``out_dirs[i]``; returns their (stdout, stderr) after both exit 0."""
     from simharness.launch.launcher import free_port
 
     port = free_port()
-    rec = tmp_path / "records"
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(
-        [str(ROOT), os.environ.get("PYTHONPATH", "")])}
+        [str(ROOT), os.environ.get("PYTHONPATH", "")]), **(env_extra or {})}
     env.pop("PYTHONHASHSEED", None)
     agents = [subprocess.Popen(
         [sys.executable, "-m", "torch.distributed.run", "--nnodes", "2", "--nproc-per-node",
          "1", "--node-rank", str(i), "--rdzv-backend", "c10d", "--rdzv-endpoint",
          f"127.0.0.1:{port}", "--rdzv-id", "capture-test", "--local-addr", "127.0.0.1",
-         "-m", "simharness.capture.rank", "--out-dir", str(rec), "--",
+         "-m", "simharness.capture.rank", "--out-dir", str(out_dirs[i]), *extra, "--",
          str(SCRIPTS / "broken_job.py")], env=env, stdout=subprocess.PIPE,
         stderr=subprocess.PIPE, text=True) for i in range(2)]
     outs = [a.communicate(timeout=150) for a in agents]
     assert [a.returncode for a in agents] == [0, 0], outs
-    out = tmp_path / "cap.json"
+    return outs
+
+
+def _merged(rec):
+    out = rec.parent / "cap.json"
     res = CliRunner().invoke(cli(), ["capture", "--merge", str(rec), "--out", str(out),
                                      "-f", "json"])
     assert res.exit_code == 0, res.output
-    report = json.loads(res.stdout)
-    assert report["meta"]["records"] == 2
+    assert json.loads(res.stdout)["meta"]["records"] == 2
     saved = Capture.from_dict(json.loads(out.read_text()))
     assert saved.ok_ranks == [0, 1] and [c.group for c in saved.calls(1)] == [(0, 1)]
+    return saved
+
+
+def test_two_torchrun_agents_on_loopback_then_merge(tmp_path):
+    """``--nnodes 2``: two agents, one rank each, records in a shared folder, then merged."""
+    rec = tmp_path / "records"
+    _two_agents([rec, rec])
+    _merged(rec)
+
+
+def test_two_torchrun_agents_hand_their_records_to_rank_0_through_the_store(tmp_path):
+    """``--via-store``: each agent has a folder of its own; the records travel through
+    torchrun's c10d store, and only rank 0's folder gets them, with the merged capture."""
+    dirs = [tmp_path / "node0", tmp_path / "node1"]
+    outs = _two_agents(dirs, "--via-store", "--store-wait", "60",
+                       env_extra={"ATEXIT_DIR": str(tmp_path)})
+    # the ranks end by os._exit after their record, but the script's atexit handlers ran
+    assert sorted(p.name for p in tmp_path.glob("atexit-*")) == ["atexit-0", "atexit-1"]
+    full = [d for d in dirs if (d / "capture.json").exists()]
+    assert len(full) == 1, outs                       # rank 0's node, whichever it was
+    other = dirs[1 - dirs.index(full[0])]
+    assert not other.exists() or not list(other.glob("rank-*.json"))
+    assert sorted(p.name for p in full[0].glob("rank-*.json")) == [
+        "rank-00000.json", "rank-00001.json"]
+    direct = Capture.from_dict(json.loads((full[0] / "capture.json").read_text()))
+    assert direct.ok_ranks == [0, 1] and direct.meta["route"] == "c10d-store"
+    assert _merged(full[0]).sequences == direct.sequences
 
 
 # ------------------------------------------------------------- replay-data --capture

@@ -214,26 +214,10 @@ def register(main):
             target = parse_command(command)
             _check_getter_modules(specs, target)
             if fast:
-                from ..capture.inprocess import program_from_command, run_program
-
-                ranks = parse_rank_spec(rank_spec, world)
-                program = program_from_command(command)
-
-                def progress(done, total, elapsed):
-                    out.echo(f"capture: {done}/{total} ranks, {elapsed:.0f} s", err=True)
-
-                gpn = kwargs.get("gpus_per_node") or 8
-                cap = run_program(program, world, ranks=ranks, timeout=timeout, getters=specs,
-                                  jobs=jobs, isolate=isolate, gpus_per_node=gpn,
-                                  progress=progress)
-                if crosscheck and not cap.meta.get("signal") and not cap.failed:
-                    from ..capture.inprocess import crosscheck as check_alone
-                    from ..capture.inprocess import crosscheck_ranks
-
-                    alone = [r for r in crosscheck_ranks(world) if r in ranks]
-                    out.echo(f"capture: cross-checking ranks {alone} alone, each in its own "
-                             f"interpreter", err=True)
-                    cap = check_alone(cap, target.argv, ranks=alone, gpus_per_node=gpn)
+                cap = _fast_capture(command, target, world, parse_rank_spec(rank_spec, world),
+                                    timeout=timeout, getters=specs, jobs=jobs, isolate=isolate,
+                                    gpus_per_node=kwargs.get("gpus_per_node") or 8,
+                                    crosscheck=crosscheck, echo=lambda m: out.echo(m, err=True))
             else:
                 if rank_spec.strip().lower() not in ("", "all"):
                     fail(f"--ranks {rank_spec}: a faithful capture runs every rank (they talk "
@@ -288,3 +272,41 @@ def register(main):
             out.echo_findings(findings, strict=strict)
             out.echo(out.findings_verdict(findings, strict))
         ctx.exit(code)
+
+
+def _fast_capture(command, target, world, ranks, *, timeout, getters, jobs, isolate,
+                  gpus_per_node, crosscheck, echo):
+    """``--fast``: the ranks in forked workers, and (``crosscheck``) rank 0, a middle one and
+    the last alone in fresh interpreters, started first so that their imports overlap the
+    capture's own (which run on one core)."""
+    from ..capture.inprocess import (
+        crosscheck_ranks,
+        program_from_command,
+        run_program,
+        start_crosscheck,
+    )
+
+    alone = [r for r in crosscheck_ranks(world) if r in ranks] if crosscheck else []
+    checking = (start_crosscheck(world, target.argv, ranks=alone, gpus_per_node=gpus_per_node)
+                if alone else None)
+    try:
+        program = program_from_command(command)
+
+        def progress(done, total, elapsed):
+            echo(f"capture: {done}/{total} ranks, {elapsed:.0f} s")
+
+        cap = run_program(program, world, ranks=ranks, timeout=timeout, getters=getters,
+                          jobs=jobs, isolate=isolate, gpus_per_node=gpus_per_node,
+                          progress=progress)
+    except BaseException:
+        if checking is not None:
+            checking.cancel()
+        raise
+    if checking is None:
+        return cap
+    if cap.meta.get("signal") or cap.failed:
+        checking.cancel()
+        return cap
+    echo(f"capture: cross-checking ranks {alone} alone, each in its own interpreter "
+         f"(started with the capture)")
+    return checking.finish(cap)

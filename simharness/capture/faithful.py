@@ -9,7 +9,8 @@ the GPU calls go through the CPU shim (see :mod:`.rank`). Each rank writes its r
 temporary directory; they are merged into one :class:`~simharness.capture.record.Capture`.
 
 Output: the ranks' stdout and stderr lines go to this process's stderr prefixed ``[rankN]:``
-(never to stdout), or to files under ``log_dir``. SIGINT/SIGTERM: the agent stops every rank
+by the rank itself (:mod:`simharness.launch.output`; never to stdout), or to files under
+``log_dir``. SIGINT/SIGTERM: the agent stops every rank
 (each writes what it recorded so far, status ``stopped``), the partial capture is returned
 with ``meta["signal"]`` set, and the temporary files are removed.
 
@@ -87,6 +88,24 @@ def _rank_environ(extra: dict[str, str]) -> Iterator[None]:
         os.environ.update(saved)
 
 
+@contextlib.contextmanager
+def _fd_stdout_to_stderr() -> Iterator[None]:
+    """File descriptor 1 is fd 2 while the ranks run: the ranks inherit it, so nothing a
+    rank writes (before its output is prefixed, or from a child) reaches our stdout."""
+    sys.stdout.flush()
+    try:
+        saved = os.dup(1)
+    except OSError:  # no stdout at all
+        yield
+        return
+    os.dup2(2, 1)
+    try:
+        yield
+    finally:
+        os.dup2(saved, 1)
+        os.close(saved)
+
+
 def rank_command(target: Target, out_dir: str, *, timeout: float | None, grace: float,
                  getters: Sequence[GetterSpec] = ()) -> tuple[str, ...]:
     """What each rank runs (after ``python``).
@@ -104,10 +123,30 @@ def rank_command(target: Target, out_dir: str, *, timeout: float | None, grace: 
     return ("-m", "simharness.capture.rank", *opts, "--", *target.argv)
 
 
+#: How many ranks may import at once (:mod:`simharness.launch.stagger`):
+#: ``SIMHARNESS_CAPTURE_START_SLOTS``; unset or 0, all at once, as torchrun starts them.
+#: Measured at world 64 on 2 shared cores (README): 2 slots took 7% less CPU but 40% more
+#: wall time, since two runnable ranks get a smaller share of busy cores than 64 do.
+SLOTS_ENV = "SIMHARNESS_CAPTURE_START_SLOTS"
+
+
+def start_slots_for(asked: int | None, environ: Any = None) -> int:
+    """The start slots of a capture: ``asked``, else :data:`SLOTS_ENV`, else 0.
+
+    >>> start_slots_for(3), start_slots_for(None, {SLOTS_ENV: "2"}), start_slots_for(None, {})
+    (3, 2, 0)
+    """
+    if asked is not None:
+        return asked
+    text = (os.environ if environ is None else environ).get(SLOTS_ENV, "")
+    return int(text) if text.isdigit() else 0
+
+
 def run_faithful(target: Target, world_size: int, *, timeout: float | None = 120.0,
                  grace: float = 5.0, getters: Sequence[str | GetterSpec] = (),
                  log_dir: str | None = None, record_dir: str | None = None,
                  per_rank_mb: int = RANK_MEMORY_MB, check_memory: bool = True,
+                 start_slots: int | None = None,
                  progress: Callable[[str], None] | None = None) -> Capture:
     """Run ``target`` on ``world_size`` ranks (see the module doc); returns the capture,
     partial when a rank failed or the run was interrupted (``meta["signal"]``)."""
@@ -138,10 +177,11 @@ def run_faithful(target: Target, world_size: int, *, timeout: float | None = 120
         spec = LaunchSpec(rank_command(target, record_dir, timeout=timeout, grace=grace,
                                        getters=specs),
                           nproc_per_node=world_size, shim=False, log_dir=log_dir,
-                          grace_s=max(1, int(grace)))
+                          grace_s=max(1, int(grace)), prefix_in_rank=True,
+                          start_slots=start_slots_for(start_slots))
         if progress is not None:
             progress(f"capture: starting {world_size} rank processes")
-        with _rank_environ({}), contextlib.redirect_stdout(sys.stderr):
+        with _rank_environ({}), contextlib.redirect_stdout(sys.stderr), _fd_stdout_to_stderr():
             if stopper is not None:
                 stopper.start()
             result = launch(spec)

@@ -651,58 +651,81 @@ def crosscheck(cap: Capture, target_argv: Sequence[str], *,
     ``meta["crosscheck"]``: per rank, ``same`` or the first call that differs (see
     :func:`simharness.capture.checks.check_crosscheck`)."""
     ranks = tuple(crosscheck_ranks(cap.world_size) if ranks is None else ranks)
-    tmp = tempfile.mkdtemp(prefix="simharness-capture-check-")
-    procs: list[Any] = []
-    with _signals_caught() as got:
-        sep, logs = _run_alone(cap, ranks, target_argv, tmp, procs, got, gpus_per_node, timeout)
-    if got:
-        return Capture(cap.world_size, cap.ranks, cap.sequences, cap.records,
-                       {**cap.meta, "signal": signal.Signals(got[0]).name})
-    return _compare_alone(cap, ranks, sep, logs)
+    return start_crosscheck(cap.world_size, target_argv, ranks=ranks,
+                            gpus_per_node=gpus_per_node, timeout=timeout).finish(cap)
 
 
-def _run_alone(cap: Capture, ranks: tuple[int, ...], target_argv: Sequence[str], tmp: str,
-               procs: list[Any], got: list[int], gpus_per_node: int,
-               timeout: float) -> tuple[Capture | None, dict[int, str]]:
-    """Start the cross-check ranks, wait for them (or a signal), collect their records; no
-    process and no file is left behind."""
-    import subprocess
+@dataclass
+class CrossCheckRun:
+    """Cross-check ranks started (:func:`start_crosscheck`), to be :meth:`finish` ed with the
+    fast capture, or :meth:`cancel` led; either way no process and no file is left."""
 
-    from .merge import merge_records
-    from .runtime import rank_environment
+    ranks: tuple[int, ...]
+    tmp: str
+    procs: list[Any]
+    deadline: float
 
-    sep: Capture | None = None
-    logs: dict[int, str] = {}
-    try:
-        base = {k: v for k, v in os.environ.items() if k != "PYTHONHASHSEED"}
-        for r in ranks:
-            env = {**base, **rank_environment(r, cap.world_size, gpus_per_node)}
-            with open(os.path.join(tmp, f"rank{r}.log"), "wb") as log:
-                procs.append(subprocess.Popen(
-                    [sys.executable, "-m", "simharness.capture.rank", "--fake", "--out-dir",
-                     tmp, "--", *target_argv], env=env, stdin=subprocess.DEVNULL,
-                    stdout=log, stderr=subprocess.STDOUT))
-        deadline = time.monotonic() + timeout
-        while (not got and time.monotonic() < deadline
-               and any(p.poll() is None for p in procs)):
-            time.sleep(0.1)
-        if not got:
-            for p in procs:
+    def cancel(self) -> None:
+        for p in self.procs:
+            if p.poll() is None:
+                p.kill()
+                p.wait()
+        shutil.rmtree(self.tmp, ignore_errors=True)
+
+    def finish(self, cap: Capture) -> Capture:
+        """Wait for the ranks (a SIGINT/SIGTERM stops the wait: ``meta["signal"]``), then
+        compare their calls with ``cap``'s."""
+        from .merge import merge_records
+
+        sep: Capture | None = None
+        logs: dict[int, str] = {}
+        try:
+            with _signals_caught() as got:
+                while (not got and time.monotonic() < self.deadline
+                       and any(p.poll() is None for p in self.procs)):
+                    time.sleep(0.1)
+            if got:
+                return Capture(cap.world_size, cap.ranks, cap.sequences, cap.records,
+                               {**cap.meta, "signal": signal.Signals(got[0]).name})
+            for p in self.procs:
                 if p.poll() is None:
                     p.kill()
                     p.wait()
             try:
-                sep = merge_records(tmp)
+                sep = merge_records(self.tmp)
             except CaptureError:
                 sep = None
-            logs = {r: _last_line(os.path.join(tmp, f"rank{r}.log")) for r in ranks}
-    finally:
-        for p in procs:
-            if p.poll() is None:
-                p.kill()
-                p.wait()
-        shutil.rmtree(tmp, ignore_errors=True)
-    return sep, logs
+            logs = {r: _last_line(os.path.join(self.tmp, f"rank{r}.log")) for r in self.ranks}
+        finally:
+            self.cancel()
+        return _compare_alone(cap, self.ranks, sep, logs)
+
+
+def start_crosscheck(world_size: int, target_argv: Sequence[str], *, ranks: Sequence[int],
+                     gpus_per_node: int = 8,
+                     timeout: float = CROSSCHECK_TIMEOUT_S) -> CrossCheckRun:
+    """Start the cross-check ranks now (they need only the command and the world): the CLI
+    starts them before the fast capture, so their interpreters' imports use the CPU the
+    capture leaves idle (its own imports run on one core)."""
+    import subprocess
+
+    from .runtime import rank_environment
+
+    run = CrossCheckRun(tuple(ranks), tempfile.mkdtemp(prefix="simharness-capture-check-"),
+                        [], time.monotonic() + timeout)
+    try:
+        base = {k: v for k, v in os.environ.items() if k != "PYTHONHASHSEED"}
+        for r in run.ranks:
+            env = {**base, **rank_environment(r, world_size, gpus_per_node)}
+            with open(os.path.join(run.tmp, f"rank{r}.log"), "wb") as log:
+                run.procs.append(subprocess.Popen(
+                    [sys.executable, "-m", "simharness.capture.rank", "--fake", "--out-dir",
+                     run.tmp, "--", *target_argv], env=env, stdin=subprocess.DEVNULL,
+                    stdout=log, stderr=subprocess.STDOUT))
+    except BaseException:
+        run.cancel()
+        raise
+    return run
 
 
 def _compare_alone(cap: Capture, ranks: tuple[int, ...], sep: Capture | None,

@@ -11,20 +11,29 @@ agent, :mod:`simharness.launch.launcher`; it also runs under a plain ``torchrun`
 * wraps ``init_process_group``, ``new_group`` and ``split_group`` (every name bound to them,
   so ``new_subgroups*`` and ``init_device_mesh`` are seen too) to record each call
   (:class:`~simharness.capture.record.GroupCall`) and then make it for real: the default
-  group is real gloo over the loopback store, so collectives return real data;
+  group is real gloo over the loopback store, so collectives return real data; a gloo
+  subgroup gets its real communicator when the script first runs a collective on it
+  (:mod:`.lazy_group`; ``SIMHARNESS_EAGER_SUBGROUPS=1`` connects each at creation);
 * starts a watchdog: once every other rank has written its record, a rank still running
   after ``--grace`` seconds (or any rank after ``--timeout``) writes its main thread's
   stack into its record and exits.
 
 At the end (also on failure, SIGTERM or SIGINT) the rank writes ``rank-NNNNN.json`` into
 ``--out-dir`` (:mod:`.merge`); ``simharness capture --merge DIR`` checks a directory of
-them. Exit status: 0 when the target finished, 1 when it failed, 3 when stuck, 143/130
-when stopped.
+them. With ``--via-store`` the record goes to rank 0 through torchrun's c10d store instead
+(:mod:`.store_route`): rank 0 writes every record and the merged ``capture.json`` into its
+own ``--out-dir``, so the nodes need no shared folder. Exit status: 0 when the target
+finished, 1 when it failed, 3 when stuck, 143/130 when stopped.
+
+Started by ``simharness capture``, the rank also prefixes its own output ``[rankN]:``
+(:mod:`simharness.launch.output`) and waits for a start slot before importing torch
+(:mod:`simharness.launch.stagger`).
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import signal
 import socket
@@ -38,8 +47,25 @@ from .merge import rank_record, record_name, write_record
 from .record import FAILED, OK, STOPPED, TIMEOUT, GetterSpec
 
 EXIT_FAILED, EXIT_STUCK = 1, 3
+#: ``SIMHARNESS_EAGER_SUBGROUPS=1``: connect every gloo subgroup at creation, as before
+#: :mod:`.lazy_group` (for comparing the two).
+EAGER_ENV = "SIMHARNESS_EAGER_SUBGROUPS"
 DEFAULT_GRACE_S = 5.0
+DEFAULT_STORE_WAIT_S = 300.0
 _POLL_S = 0.2
+_DRAIN: list[Any] = [None]   # prefix_output's drain, when this rank prefixes its output
+
+
+def drain_output() -> None:
+    """Write out what the output thread still holds (see :mod:`simharness.launch.output`)."""
+    if _DRAIN[0] is not None:
+        _DRAIN[0]()
+
+
+def exit_now(status: int) -> None:
+    """``os._exit`` after draining the prefixed output."""
+    drain_output()
+    os._exit(status)
 
 
 def parse(argv: list[str]) -> argparse.Namespace:
@@ -61,6 +87,12 @@ def parse(argv: list[str]) -> argparse.Namespace:
                    help="seconds a rank may run on once every other rank has finished")
     p.add_argument("--getter", action="append", default=[], metavar="MODULE:NAME(ARGS)")
     p.add_argument("--no-shim", action="store_true", help="leave torch.cuda and NCCL alone")
+    p.add_argument("--via-store", action="store_true",
+                   help="hand the record to rank 0 through torchrun's c10d store "
+                        "(MASTER_ADDR:MASTER_PORT); rank 0 writes every record and the merged "
+                        "capture (capture.json) into its --out-dir: no shared folder needed")
+    p.add_argument("--store-wait", type=float, default=DEFAULT_STORE_WAIT_S,
+                   help="seconds rank 0 waits for the other ranks' records (--via-store)")
     p.add_argument("--fake", action="store_true",
                    help="record under torch's fake backend, as --fast does, without the other "
                         "ranks (the cross-check of --fast: this rank alone, in its own "
@@ -75,10 +107,12 @@ def parse(argv: list[str]) -> argparse.Namespace:
 class RankRun:
     """The recording of this rank and the writing of its record (once)."""
 
-    def __init__(self, out_dir: str, rank: int, world: int, getters: tuple[GetterSpec, ...]):
+    def __init__(self, out_dir: str, rank: int, world: int, getters: tuple[GetterSpec, ...],
+                 route: Any = None):
         from .runtime import Recorder
 
         self.out_dir, self.rank, self.world, self.getters = out_dir, rank, world, getters
+        self.route = route  # a StoreRoute (--via-store), else records go into out_dir
         self.rec = Recorder(rank, world, skip_non_members=False)
         self.lock = threading.Lock()
         self.written = False
@@ -103,6 +137,15 @@ class RankRun:
                 pid=os.getpid(), elapsed_s=round(time.monotonic() - self.t0, 3),
                 peak_rss_kb=resource.getrusage(resource.RUSAGE_SELF).ru_maxrss,
                 hash_seed=os.environ.get("PYTHONHASHSEED"))
+            if self.route is not None:
+                try:
+                    self.route.hand_off(record)
+                    return True
+                except Exception as exc:  # noqa: BLE001 - the record is kept locally instead
+                    print(f"simharness capture: rank {self.rank} could not hand its record to "
+                          f"the store ({type(exc).__name__}: {exc}); writing it into "
+                          f"{self.out_dir}", file=sys.stderr)
+            os.makedirs(self.out_dir, exist_ok=True)
             write_record(self.out_dir, record)
             return True
 
@@ -116,8 +159,15 @@ class RankRun:
     # -------------------------------------------------------------- watchdog
     def watch(self, timeout: float | None, grace: float) -> None:
         """A daemon thread: names this rank stuck (its stack) and ends the process."""
-        others = [os.path.join(self.out_dir, record_name(r)) for r in range(self.world)
-                  if r != self.rank]
+        others = {record_name(r) for r in range(self.world) if r != self.rank}
+
+        def all_others_written() -> bool:  # one directory read, not one stat per rank
+            try:
+                if self.route is not None:
+                    return bool(self.route.handed_off() >= self.world - 1)
+                return others <= set(os.listdir(self.out_dir))
+            except Exception:  # noqa: BLE001 - an unreadable folder or store: not yet
+                return False
 
         def loop() -> None:
             all_done_at = None
@@ -127,7 +177,7 @@ class RankRun:
                 if timeout is not None and now - self.t0 > timeout:
                     msg = f"rank {self.rank} did not finish within {timeout:g} s"
                 elif all_done_at is None:
-                    if others and all(os.path.exists(p) for p in others):
+                    if others and all_others_written():
                         all_done_at = now
                     continue
                 elif now - all_done_at > grace:
@@ -138,7 +188,7 @@ class RankRun:
                 if self.write(TIMEOUT, {"kind": "timeout", "message": msg,
                                         "where": self.main_stack(),
                                         "calls_before": len(self.rec.calls)}):
-                    os._exit(EXIT_STUCK)
+                    exit_now(EXIT_STUCK)
                 return
 
         threading.Thread(target=loop, name="simharness-capture-watchdog", daemon=True).start()
@@ -151,7 +201,7 @@ class RankRun:
         name = signal.Signals(signum).name
         self.write(STOPPED, {"kind": "stopped", "message": f"stopped by {name} before it "
                              f"finished", "where": stack, "calls_before": len(self.rec.calls)})
-        os._exit(128 + signum)
+        exit_now(128 + signum)
 
 
 # ------------------------------------------------------------------ recording
@@ -164,6 +214,8 @@ def install_recorder(run: RankRun) -> None:
     from .runtime import _intern, _interned_ranks, call_stack, stack_text
 
     rec = run.rec
+    lazy = (contextlib.nullcontext if os.environ.get(EAGER_ENV) == "1"
+            else _lazy_subgroups())
     orig_init, orig_new = c10d.init_process_group, c10d.new_group
     orig_split = getattr(c10d, "split_group", None)
 
@@ -185,9 +237,10 @@ def install_recorder(run: RankRun) -> None:
         if device_id is not None:
             extra["device_id"] = device_id
         count = c10d._world.group_count
-        pg = orig_new(ranks=ranks, timeout=timeout, backend=backend, pg_options=pg_options,
-                      use_local_synchronization=use_local_synchronization,
-                      group_desc=group_desc, **extra)
+        with lazy():
+            pg = orig_new(ranks=ranks, timeout=timeout, backend=backend, pg_options=pg_options,
+                          use_local_synchronization=use_local_synchronization,
+                          group_desc=group_desc, **extra)
         record(ranks, group_desc, backend, use_local_synchronization, pg_options, kwargs, pg)
         if rec.calls[-1][5] is None and not use_local_synchronization:
             last = rec.calls[-1]
@@ -197,8 +250,9 @@ def install_recorder(run: RankRun) -> None:
     def split_group(parent_pg=None, split_ranks=None, timeout=None, pg_options=None,
                     group_desc=None, **kwargs):
         assert orig_split is not None  # only installed where torch has split_group
-        pg = orig_split(parent_pg=parent_pg, split_ranks=split_ranks, timeout=timeout,
-                        pg_options=pg_options, group_desc=group_desc, **kwargs)
+        with lazy():
+            pg = orig_split(parent_pg=parent_pg, split_ranks=split_ranks, timeout=timeout,
+                            pg_options=pg_options, group_desc=group_desc, **kwargs)
         parent = parent_pg or c10d._get_default_group()
         world = parent is c10d._get_default_group()
         for split in split_ranks or ():
@@ -228,6 +282,12 @@ def install_recorder(run: RankRun) -> None:
                 d[key] = swaps[id(v)]
 
 
+def _lazy_subgroups() -> Any:
+    from .lazy_group import lazy_gloo_subgroups
+
+    return lazy_gloo_subgroups
+
+
 # ----------------------------------------------------------------------- main
 def _classify(exc: BaseException, run: RankRun) -> dict[str, Any]:
     from ..errors import NeedsGPU
@@ -246,12 +306,17 @@ def _classify(exc: BaseException, run: RankRun) -> dict[str, Any]:
 def main(argv: list[str] | None = None) -> int:
     """Entry of ``python -m simharness.capture.rank``; returns the exit status."""
     from ..launch.env import RankEnv, slurm_environ
+    from ..launch.output import PREFIX_ENV, prefix_output
     from ..launch.rank import RankArgs, run_target
+    from ..launch.stagger import SLOTS_ENV, start_slot
 
     ns = parse(sys.argv[1:] if argv is None else argv)
     os.environ.update(slurm_environ(os.environ))
+    if os.environ.get(PREFIX_ENV) and _DRAIN[0] is None:
+        _DRAIN[0] = prefix_output(f"[rank{os.environ.get('RANK', '?')}]:")
     env = RankEnv.from_environ(os.environ)
-    os.makedirs(ns.out_dir, exist_ok=True)
+    if not ns.via_store:
+        os.makedirs(ns.out_dir, exist_ok=True)
     target = ns.target
     rank_args = (RankArgs(not ns.no_shim, target[1], None, tuple(target[2:]))
                  if target[0] == "-m" else RankArgs(not ns.no_shim, None, target[0],
@@ -259,7 +324,21 @@ def main(argv: list[str] | None = None) -> int:
     specs = tuple(GetterSpec.parse(g) for g in ns.getter)
     if ns.fake:
         return _main_fake(ns, rank_args, env, specs)
-    run = RankRun(ns.out_dir, env.rank, env.world_size, specs)
+    early = _stopped_early(ns.out_dir, env.rank, env.world_size)
+    for sig in (signal.SIGTERM, signal.SIGINT):  # until RankRun's own handler replaces it
+        signal.signal(sig, early)
+    release = start_slot(os.environ.get(SLOTS_ENV), env.rank)  # before torch is imported
+    route = None
+    if ns.via_store:
+        from .record import CaptureError
+        from .store_route import StoreRoute
+
+        try:
+            route = StoreRoute(os.environ, env.rank, env.world_size)
+        except CaptureError as exc:
+            print(f"error: {exc}", file=sys.stderr)
+            return 2
+    run = RankRun(ns.out_dir, env.rank, env.world_size, specs, route)
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, run.on_signal)
     run.watch(ns.timeout, ns.grace)
@@ -267,6 +346,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         _prepare(rank_args, env)
         install_recorder(run)
+        release()
         namespace = run_target_namespace(rank_args, run_target)
     except SystemExit as exc:
         if exc.code not in (None, 0):
@@ -288,7 +368,30 @@ def main(argv: list[str] | None = None) -> int:
 
         getters = {g.text: read_getter(g, namespace, run.rec) for g in specs}
     run.write(status, error, getters)
+    if route is not None and env.rank == 0:
+        path = route.collect(ns.out_dir, ns.store_wait)
+        print(f"simharness capture: the ranks' records and the merged capture are in {path}",
+              file=sys.stderr)
     return 0 if status == OK else EXIT_FAILED
+
+
+def _stopped_early(out_dir: str, rank: int, world: int) -> Any:
+    """A signal handler for the start (before torch is imported and the recorder exists):
+    the record says the rank was stopped before the script ran."""
+
+    def handler(signum: int, frame: Any) -> None:
+        name = signal.Signals(signum).name
+        try:
+            os.makedirs(out_dir, exist_ok=True)
+            write_record(out_dir, rank_record(
+                rank, world, STOPPED, [], error={
+                    "kind": "stopped", "message": f"stopped by {name} while starting, before "
+                    f"the script ran", "where": [], "calls_before": 0},
+                host=socket.gethostname(), pid=os.getpid()))
+        finally:
+            exit_now(128 + signum)
+
+    return handler
 
 
 def _main_fake(ns: argparse.Namespace, rank_args: Any, env: Any,
@@ -356,5 +459,20 @@ def run_target_namespace(rank_args: Any, run_target: Any) -> dict[str, Any] | No
     return runpy.run_path(rank_args.script, run_name="__main__")
 
 
+def finish(status: int) -> None:
+    """End the rank once its record is written: the ``atexit`` handlers run and the output
+    is flushed, but not the interpreter's teardown of torch's modules and objects (about
+    0.3 CPU-seconds per rank, 20 at world 64, for nothing the capture needs)."""
+    import atexit
+
+    try:
+        atexit._run_exitfuncs()
+    finally:
+        for stream in (sys.stdout, sys.stderr):
+            with contextlib.suppress(OSError, ValueError, AttributeError):
+                stream.flush()
+        exit_now(status)
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    finish(main())

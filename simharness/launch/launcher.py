@@ -9,9 +9,12 @@ port the kernel picks. Several nodes (``nnodes > 1``): every agent is given the 
 --rdzv-endpoint ...`` is.
 
 Output: each rank's stdout/stderr lines go to this process's stderr prefixed ``[rankN]:``
-(torch's tee), or only to files under ``log_dir`` when given
+(torch's tee; with ``prefix_in_rank`` the rank bootstrap prefixes its own lines, see
+:mod:`.output`), or only to files under ``log_dir`` when given
 (``<log_dir>/<run_id>_*/attempt_0/<local rank>/stdout.log``). Without ``log_dir`` the
-files live in a temporary directory removed before :func:`launch` returns.
+files live in a temporary directory removed before :func:`launch` returns. ``start_slots``
+N > 0: at most N ranks run their bootstrap's imports at once (:mod:`.stagger`; the
+bootstrap must take part, as ``simharness.capture.rank`` does).
 
 SIGINT/SIGTERM/SIGHUP: torch's agent turns them into ``SignalException``, kills every
 rank's process group (SIGTERM, then SIGKILL after a grace period); :func:`launch` returns a
@@ -37,7 +40,9 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 
 from ..errors import SimharnessError, whole_number_problem
+from .output import PREFIX_ENV
 from .rank import NEEDS_GPU_EXIT
+from .stagger import SLOTS_ENV
 
 
 class LaunchError(SimharnessError, ValueError):
@@ -60,10 +65,12 @@ class LaunchSpec:
     rdzv_timeout_s: int = 120
     python: str = sys.executable
     grace_s: int = 5
+    prefix_in_rank: bool = False
+    start_slots: int = 0
 
     def __post_init__(self):
         for name, low in (("nproc_per_node", 1), ("nnodes", 1), ("rdzv_timeout_s", 1),
-                          ("grace_s", 0)):
+                          ("grace_s", 0), ("start_slots", 0)):
             problem = whole_number_problem(name, getattr(self, name), low)
             if problem:
                 raise LaunchError(problem)
@@ -180,16 +187,23 @@ def launch(spec: LaunchSpec) -> LaunchResult:
     log_dir = spec.log_dir or tmp
     run_id = spec.run_id or uuid.uuid4().hex[:12]
     endpoint = spec.rdzv_endpoint or f"127.0.0.1:{free_port()}"
-    tee = Std.NONE if spec.log_dir else Std.ALL
+    env = dict(spec.env)
+    in_rank = spec.prefix_in_rank and not spec.log_dir
+    if in_rank:  # the rank prefixes its own lines (see .output); the agent tails nothing
+        env[PREFIX_ENV] = "1"
+    slots = tempfile.mkdtemp(prefix="simharness-slots-") if spec.start_slots else None
+    if slots:  # at most start_slots ranks import at once (see .stagger)
+        env[SLOTS_ENV] = f"{slots}:{spec.start_slots}"
+    tee = Std.NONE if spec.log_dir or in_rank else Std.ALL
     config = LaunchConfig(
         min_nodes=spec.nnodes, max_nodes=spec.nnodes, nproc_per_node=spec.nproc_per_node,
         run_id=run_id, rdzv_backend="c10d", rdzv_endpoint=endpoint,
         rdzv_configs={"timeout": spec.rdzv_timeout_s}, max_restarts=0, monitor_interval=0.1,
         local_addr=_local_addr(spec, endpoint),
-        log_line_prefix_template=None if spec.log_dir else "[rank${rank}]:",
-        logs_specs=DefaultLogsSpecs(log_dir=log_dir, redirects=Std.ALL, tee=tee),
+        log_line_prefix_template=None if spec.log_dir or in_rank else "[rank${rank}]:",
+        logs_specs=DefaultLogsSpecs(log_dir=log_dir, redirects=Std.NONE if in_rank else Std.ALL,
+                                    tee=tee),
         shutdown_timeout=spec.grace_s)
-    env = dict(spec.env)
     if spec.nproc_per_node > 1 and "OMP_NUM_THREADS" not in os.environ:
         env.setdefault("OMP_NUM_THREADS", "1")  # as torchrun does (torch/distributed/run.py:872)
     command = spec.rank_command()
@@ -208,8 +222,9 @@ def launch(spec: LaunchSpec) -> LaunchResult:
         for sig, handler in old_handlers.items():
             with contextlib.suppress(ValueError, TypeError):  # not the main thread
                 signal.signal(sig, handler)
-        if tmp:
-            shutil.rmtree(tmp, ignore_errors=True)
+        for folder in (tmp, slots):
+            if folder:
+                shutil.rmtree(folder, ignore_errors=True)
 
 
 def _local_addr(spec: LaunchSpec, endpoint: str) -> str | None:

@@ -1,11 +1,19 @@
-"""Rank 1 cannot import a module (triton missing on that node); rank 3 hangs."""
+"""Rank 1 cannot import a module (triton missing on that node); rank 3 hangs.
 
+With ATEXIT_DIR set, each rank's atexit handler leaves a file there (the capture rank ends
+without the interpreter's teardown, but after the atexit handlers).
+"""
+
+import atexit
 import os
 import time
 
 import torch.distributed as dist
 
 rank = int(os.environ["RANK"])
+if os.environ.get("ATEXIT_DIR"):
+    mark = os.path.join(os.environ["ATEXIT_DIR"], f"atexit-{rank}")
+    atexit.register(lambda: open(mark, "w").close())
 if rank == 1 and os.environ.get("BROKEN") == "import":
     import simharness_no_such_triton  # noqa: F401
 

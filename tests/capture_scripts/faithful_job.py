@@ -23,14 +23,20 @@ torch.cuda.synchronize()
 
 hosts = [None] * world
 dist.all_gather_object(hosts, f"node{rank // 2}")
-for node in sorted(set(hosts)):
-    dist.new_group([r for r, h in enumerate(hosts) if h == node], group_desc="NODE")
+node_groups = {node: dist.new_group([r for r, h in enumerate(hosts) if h == node],
+                                    group_desc="NODE") for node in sorted(set(hosts))}
 total = torch.tensor([rank + 1.0])
 dist.all_reduce(total)
+mine = node_groups[f"node{rank // 2}"]   # collectives on a subgroup compute real data
+node_sum = torch.tensor([rank + 1.0])
+dist.all_reduce(node_sum, group=mine)
+node_ranks = [None, None]
+dist.all_gather_object(node_ranks, rank, group=mine)
 box = [{"from": rank}] if rank == 0 else [None]
 dist.broadcast_object_list(box, src=0)
 SUMMARY = {"rank_at_import": rank_at_import.RANK_AT_IMPORT, "sum": total.item(),
-           "hosts": hosts, "box": box[0]}
+           "hosts": hosts, "box": box[0], "node_sum": node_sum.item(), "node_ranks": node_ranks,
+           "node_backend": dist.get_backend(mine)}
 
 dist.new_subgroups(2, group_desc="SUBGROUP")
 dist.split_group(split_ranks=[[0, 1], [2, 3]], group_desc="SPLIT")
