@@ -475,3 +475,46 @@ def test_the_dropped_all_gather_group():
     lay16 = build_layout(cfg, "0.16")
     no_ag = [c for c in _from_layout(lay16) if c.desc != AG_DESC]
     assert "ag-dropped" not in {f.code for f in check_against_layout(make(8, [no_ag]), lay16)}
+
+
+def test_captured_layout_keeps_every_other_kind_after_a_bad_one():
+    lay = build_layout(_cfg(), "0.16")
+    tp_desc = lay.desc("tp")
+    good = [c for c in _from_layout(lay) if c.desc != tp_desc]
+    # an unknown kind, then a mixed-size tp, before every good kind
+    calls = [gc([0, 1], "MY_GROUP"), gc([0, 1], tp_desc), gc([2, 3, 4], tp_desc),
+             gc([5, 6, 7], tp_desc), *good]
+    lay2, notes = captured_layout(make(8, [calls]), lay)
+    assert [(f.severity, f.groups) for f in notes] == [("warning", ("MY_GROUP",)),
+                                                      ("error", ("tp",))]
+    assert lay2 is not None
+    assert set(lay2.kinds) == set(lay.kinds) - {"tp"}
+
+
+def test_whole_world_calls_and_the_default_backend():
+    # world 4, tp 2: tp_dp_cp and intra_dist_opt span the world; a capture may record
+    # such a call with ranks=None (every rank), and the default backend as None
+    lay = build_layout(ParallelismConfig(world_size=4, tensor_model_parallel_size=2), "0.16")
+    whole = [k for k in lay.kinds if lay.groups(k).tolist() == [[0, 1, 2, 3]]]
+    assert "tp_dp_cp" in whole
+    calls = [gc(None if len(g.ranks) == 4 else g.ranks, g.desc,
+                backend=None if g.backend == "nccl" else g.backend)
+             for g in lay.creation_order]
+    cap = make(4, [calls])
+    found = check_against_layout(cap, lay)
+    assert found[0].code == "capture-vs-config" and found[0].severity == "info"
+    lay2, notes = captured_layout(cap, lay)
+    assert notes == [] and lay2 is not None
+    for k in lay.kinds:
+        assert lay2.groups(k).tolist() == [sorted(g) for g in lay.groups(k).tolist()], k
+        assert lay2.backend(k) == lay.backend(k), k     # None is the default: nccl
+        for r in range(4):                              # each rank finds its group
+            m2, m = lay2.membership(k, r), lay.membership(k, r)
+            assert (m2.group, sorted(m2.ranks.tolist())) == (m.group, sorted(m.ranks.tolist()))
+    # a desc-less whole-world call: a kind the config does not build, named by its site
+    extra = [*calls, gc(None, stack=("w.py:1 world",))]
+    _, notes = captured_layout(make(4, [extra]), lay)
+    assert notes == [F("capture-vs-config", "warning",
+                       "the code creates 1 (no group_desc) at w.py:1 world group(s) (at "
+                       "w.py:1 world) that build_layout(config) (mcore 0.16) does not build",
+                       (), ("(no group_desc) at w.py:1 world",))]
