@@ -367,3 +367,51 @@ def test_fsdp_summary_steps(steps):
     assert out["variants"]["shared"]["step_s"] == want
     assert out["variants"]["shared"]["min_step_s"] == 1.0
     assert out["variants"]["shared"]["median_step_s"] == float(np.median(want))
+
+
+def test_the_same_misrouting_in_every_bucket_is_one_finding():
+    opts = DataPathOptions(steps=1, dense_buckets=2, expert_buckets=0, shard_numel=2)
+    g = observations(opts=opts)
+    # rank 1, slot 1 (its own): in bucket 0 it holds bucket 1's data, in bucket 1 bucket 2's
+    # (one bucket ahead both times: one fault, counted twice)
+    for bi in (0, 1):
+        g[1]["variants"][SEPARATE]["buckets"][bi]["tags"][0][1] = [1, 1, bi + 1, 0, 0]
+    for res, ok in zip(g, observations(opts=opts), strict=True):
+        res["variants"][SHARED] = ok["variants"][SHARED]
+    (f,) = errors(analyse_megatron(LAY, opts, g))
+    assert f.message == (
+        "separate: rank 1 holds shard 1 of dense bucket 0 at step 0 from rank 1, sent as bucket "
+        "1 at step 0 (expected bucket 0 at step 0); the all-gather ran on [0, 1, 2, 3], the "
+        "dp_cp replicas are [0, 1, 2, 3] (2 times over the dense buckets and steps)")
+
+
+def test_no_ranks_reported():
+    for out in (analyse_megatron(LAY, OPTS, []), analyse_fsdp(FS, FOPTS, [])):
+        for v in out["variants"].values():
+            assert (v["step_s"], v["median_step_s"], v["min_step_s"]) == ([], None, None)
+
+
+def test_fsdp_many_ranks_and_the_shard_group_named():
+    lay = build_layout(ParallelismConfig(world_size=20), "0.16")   # one dp_cp group of 20
+    want = fsdp_reference(list(range(20)), 0, 1)
+    g = []
+    for r in range(20):
+        w = [a.tolist() for a in want]
+        w[0][0][0] += 1.0                                   # every rank wrong
+        sep = {"separate": True, "ranks": list(range(20)), "shard_ranks": list(range(20))}
+        shared = {**sep, "separate": False, "ranks": [0, 3] if r == 0 else list(range(20))}
+        g.append({"rank": r, "variants": {
+            SHARED: {"step_s": [0.5], "weights": w, "rs_group": shared},
+            SEPARATE: {"step_s": [0.5], "weights": w, "rs_group": sep}}})
+    out = analyse_fsdp(lay, DataPathOptions(kind="fsdp2", steps=1), g)
+    by = {(f.code, f.groups): f for f in errors(out)}
+    first16 = str(list(range(16)))
+    assert by[("datapath-params", ("shared",))].message.startswith(
+        f"fsdp2 shared: the weights after 1 steps differ from the single-process reference on "
+        f"rank(s) {first16}; rank 0: layer 0: 1 of 128 elements differ")
+    assert by[("datapath-params", ("shared",))].ranks == tuple(range(20))
+    assert by[("datapath-fsdp-group", ("shared",))] == Finding(
+        "datapath-fsdp-group", "error",
+        "fsdp2 shared: rank 0: reduce-scatter group [0, 3] (the shard group), shard group "
+        f"{list(range(20))}, expected the shard group with the same ranks (1 rank(s))", (0,),
+        ("shared",))
