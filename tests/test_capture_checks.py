@@ -78,6 +78,9 @@ def test_kinds_of_tells_desc_less_runs_apart():
     lb = "(no group_desc) at a.py:1 f via m.py:9 main"
     assert kinds_of(calls, 4) == [f"{la}, call 0", f"{la}, call 0", "WORLD", f"{la}, call 3",
                                   f"{la}, call 3", lb, lb]
+    # a call from another site ends a run even without a shared rank
+    assert kinds_of([gc([0], stack=a), gc([1], stack=b), gc([2], stack=a)], 4) == [
+        f"{la}, call 0", lb, f"{la}, call 2"]
     # None (every rank) overlaps everything: each whole-world call starts a run
     world = [gc(None, stack=a), gc(None, stack=a)]
     assert kinds_of(world, 2) == [f"{la}, call 0", f"{la}, call 1"]
