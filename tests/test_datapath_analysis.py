@@ -60,8 +60,9 @@ def observations(lay=LAY, opts=OPTS):
                         "reduced": [r["reduced"][t][j * S:(j + 1) * S].tolist()
                                     for t in range(opts.steps)],
                         "final": r["final"].tolist(), "ag_ranks": list(want)})
-        out.append({"rank": rank, "variants": {v: {"step_s": STEP_S[rank], "buckets": bks}
-                                               for v in (SEPARATE, SHARED)}})
+        out.append({"rank": rank, "variants": {
+            v: {"step_s": STEP_S.get(rank, [0.125] * opts.steps), "buckets": copy.deepcopy(bks)}
+            for v in (SEPARATE, SHARED)}})
     return out
 
 
@@ -415,3 +416,32 @@ def test_fsdp_many_ranks_and_the_shard_group_named():
         "fsdp2 shared: rank 0: reduce-scatter group [0, 3] (the shard group), shard group "
         f"{list(range(20))}, expected the shard group with the same ranks (1 rank(s))", (0,),
         ("shared",))
+
+
+def test_only_the_reduced_gradients_wrong_and_a_dense_only_label():
+    opts = DataPathOptions(steps=2, dense_buckets=1, expert_buckets=0, shard_numel=2)
+    g = observations(opts=opts)
+    g[0]["variants"][SHARED]["buckets"][0]["reduced"][0][0] += 1.0   # final values right
+    out = analyse_megatron(LAY, opts, g)
+    assert [f.code for f in errors(out)] == ["datapath-reduce-scatter"]
+    assert errors(out)[0].message.startswith(
+        "shared (dense AG on dp_cp): the reduced gradient shards differ")
+    assert out["variants"]["shared"]["ok"] is False
+    assert out["variants"]["shared"]["ranks_matched"] == 4    # the parameters match
+    # no expert buckets: the labels leave the expert side out
+    assert out["variants"]["separate"]["label"] == "dense AG on dp_cp_ag"
+    assert out["findings"][0].message.startswith(
+        "separate (dense AG on dp_cp_ag): the parameters after 2 steps are bit-identical")
+
+
+def test_megatron_lists_sixteen_ranks():
+    lay = build_layout(ParallelismConfig(world_size=20), "0.16")
+    opts = DataPathOptions(steps=1, dense_buckets=1, expert_buckets=0, shard_numel=1)
+    g = observations(lay, opts)
+    for res in g:
+        res["variants"][SHARED]["buckets"][0]["final"][0] += 1.0
+    (f,) = errors(analyse_megatron(lay, opts, g))
+    assert f.message.startswith(
+        f"shared (dense AG on dp_cp): the parameters after 1 steps differ from the "
+        f"single-process reference on 20 rank(s) {list(range(16))}; rank 0: dense bucket 0:")
+    assert f.ranks == tuple(range(20))
