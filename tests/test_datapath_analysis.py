@@ -445,3 +445,31 @@ def test_megatron_lists_sixteen_ranks():
         f"shared (dense AG on dp_cp): the parameters after 1 steps differ from the "
         f"single-process reference on 20 rank(s) {list(range(16))}; rank 0: dense bucket 0:")
     assert f.ranks == tuple(range(20))
+
+
+def test_twelve_misrouted_shards_are_all_listed_and_more_are_counted():
+    lay = build_layout(ParallelismConfig(world_size=32), "0.16")   # one dp_cp group of 32
+    opts = DataPathOptions(steps=1, dense_buckets=1, expert_buckets=0, shard_numel=1)
+
+    def misroute(n):   # ranks 0..n-1 hold rank 31's shard in slot 0
+        g = observations(lay, opts)
+        for res in g[:n]:
+            res["variants"][SHARED]["buckets"][0]["tags"][0][0] = [31, 31, 0, 0, 0]
+        return [f for f in errors(analyse_megatron(lay, opts, g))
+                if f.code == "datapath-ag-source"]
+
+    assert len(misroute(MAX_AG_FINDINGS)) == MAX_AG_FINDINGS      # exactly 12: no "more"
+    found = misroute(32)
+    assert len(found) == MAX_AG_FINDINGS + 1
+    assert found[-1] == Finding(
+        "datapath-ag-source", "error",
+        f"shared: 20 more misrouted shard(s) on rank(s) {list(range(12, 28))}",
+        tuple(range(12, 32)), ("shared",))
+
+
+def test_expected_values_given_as_integers_compare_as_float64():
+    from simharness.replay.datapath import FULL_VALUES, encode_values
+
+    n = FULL_VALUES + 1
+    assert value_difference(encode_values(np.arange(n, dtype=np.float64)), np.arange(n)) is None
+    assert value_difference([0.0, 1.0], np.array([[0], [1]])) is None
