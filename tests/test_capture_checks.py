@@ -521,3 +521,86 @@ def test_whole_world_calls_and_the_default_backend():
                        "the code creates 1 (no group_desc) at w.py:1 world group(s) (at "
                        "w.py:1 world) that build_layout(config) (mcore 0.16) does not build",
                        (), ("(no group_desc) at w.py:1 world",))]
+
+
+# ------------------------------------------------- whole-world calls, ordering, loops
+W_SITE = ("w.py:1 world",)
+
+
+def test_whole_world_calls_in_every_check():
+    # ranks=None is every rank: duplicates, twins and local groups read it as range(W)
+    calls = [gc(None, "W_GROUP"), gc(None, "W_GROUP"), gc(None, stack=W_SITE),
+             gc(None, DPCP), gc(None, AG)]
+    found = check_partition(make(4, [calls]))
+    assert [(f.code, f.ranks, f.groups) for f in found] == [
+        ("capture-duplicate", (0, 1, 2, 3), ("W_GROUP",))]
+    assert check_twins(make(4, [calls]))[0].severity == "info"
+    assert check_twins(make(4, [calls]))[0].ranks == (0, 1, 2, 3)
+    # twins of which one spans the world and the other does not
+    half = [gc(None, AG), gc([0, 1], DPCP)]
+    assert check_twins(make(4, [half]))[0].message.startswith(
+        f"{AG} does not line up with its twin {DPCP} on 4 of 4 ranks: rank 0 is in {AG} group "
+        f"[0, 1, 2, 3] (at {SITE}) but its {DPCP} group is [0, 1] (at {SITE}): different ranks")
+    other = [gc([0, 1], AG), gc(None, DPCP)]
+    assert check_twins(make(4, [other]))[0].message.startswith(
+        f"{AG} does not line up with its twin {DPCP} on 2 of 2 ranks: rank 0 is in {AG} group "
+        f"[0, 1] (at {SITE}) but its {DPCP} group is [0, 1, 2, 3] (at {SITE}): different ranks")
+    lone = [gc(None, AG), gc([5], DPCP)]
+    assert f"rank 0 is in {AG} group [0, 1, 2, 3, 4, 5] but in no {DPCP} group" in \
+        check_twins(make(6, [lone]))[0].message
+    # a local group of every rank that rank 3 never creates
+    seqs = [[gc(None, "LW", local=True)], []]
+    (f,) = check_local_members(make(4, seqs, {3: 1}))
+    assert f.ranks == (3,) and "created by ranks 0-2 but not by its member(s) 3" in f.message
+
+
+def test_errors_then_warnings_then_infos():
+    # unsorted: capture-duplicate (warning) before the overlap (error) of one kind; the
+    # twins' info before the cross-check's warning
+    calls = [gc([0, 1], "T_GROUP"), gc([0, 1], "T_GROUP"), gc([1, 2], "T_GROUP"),
+             gc([3], "T_GROUP"), gc([0, 1, 2, 3], DPCP), gc([0, 1, 2, 3], AG)]
+    meta = {"crosscheck": [{"rank": 1, "same": None, "message": "no"}]}
+    got = [(f.code, f.severity) for f in check_capture(make(4, [calls], meta=meta))]
+    assert got == [("capture-partition", "error"), ("capture-duplicate", "warning"),
+                   ("capture-fast-differs", "warning"), ("capture-twin", "info"),
+                   ("capture-summary", "info")]
+
+
+def test_loops_go_on_past_skipped_kinds_twins_and_sequences():
+    # a partial kind (no gap check) before a kind with a gap
+    calls = [gc([0], "EMBEDDING_GROUP"), gc([0, 1], "X_GROUP")]
+    assert [f.groups for f in check_partition(make(4, [calls]))] == [("X_GROUP",)]
+    # the DP pair absent, then the FSDP pair; both pairs matching: one info each
+    fsdp = [gc([0, 1], "fsdp_reduce_scatter"), gc([0, 1], "mesh_shard")]
+    assert [f.groups for f in check_twins(make(2, [fsdp]))] == [
+        ("fsdp_reduce_scatter", "mesh_shard")]
+    both = [gc([0, 1], DPCP), gc([0, 1], AG), *fsdp]
+    assert [f.groups for f in check_twins(make(2, [both]))] == [
+        (AG, DPCP), ("fsdp_reduce_scatter", "mesh_shard")]
+    # sequences: rank 1's differs only in sites (no finding), rank 2's in a group
+    s0 = [gc([0, 1, 2, 3], "W"), gc([0, 1], "A")]
+    s1 = [s0[0], s0[1]._replace(stack=("elsewhere.py:1 g",))]
+    s2 = [s0[0], gc([2, 3], "A")]
+    found = check_sequences(make(4, [s0, s1, s2], {1: 1, 2: 2}))
+    assert [f.ranks for f in found] == [(2,)]
+
+
+def test_other_sequences_are_reported_by_their_first_rank():
+    s0 = [gc([0, 1, 2, 3, 4], "W"), gc([0, 1], "A"), gc([2, 3], "A")]
+    # sequence 1 is rank 4's, sequence 2 rank 3's: rank 3 is reported first
+    s1, s2 = [s0[0], gc([4], "B")], [s0[0], gc([3], "C")]
+    found = check_sequences(make(5, [s0, s1, s2], {4: 1, 3: 2}))
+    assert [f.ranks for f in found] == [(3,), (4,)]
+    # exactly MAX_REPORTED other sequences: each reported, nothing counted
+    base = [gc(list(range(10)), "W"), gc([0, 1], "A")]
+    seqs = [base] + [[base[0], gc([r], f"K{r}")] for r in range(2, 10)]
+    found = check_sequences(make(10, seqs, {r: r - 1 for r in range(2, 10)}))
+    assert [f.ranks for f in found] == [(r,) for r in range(2, 10)]
+
+
+def test_a_run_remembers_every_rank_it_holds():
+    a = ("a.py:1 f",)
+    la = "(no group_desc) at a.py:1 f"
+    # rank 0 again after [0], [1]: the third call starts a new run
+    assert kinds_of([gc([0], stack=a), gc([1], stack=a), gc([0], stack=a)], 2) == [
+        f"{la}, call 0", f"{la}, call 0", f"{la}, call 2"]
