@@ -159,3 +159,21 @@ def test_a_combination_nccl_would_not_enable_is_named():
         choose(GroupShape(n_ranks=8, n_nodes=1, arch="blackwell", intra_gb_per_s=740.0,
                           ring_gb_per_s=740.0), "all_gather", 1 << 20, proto="ll128",
                nccl="2.23")   # 2.23 has no LL128 on Blackwell
+
+
+def test_collnet_direct_with_fewer_heads_than_gpus_and_blackwell_under_223():
+    from simharness.topology.nccl_graph import NodeView
+
+    # 8 GPUs, 4 NICs per node: 4 CollNet Direct heads at 48 GB/s; factor ppn / heads = 2,
+    # less half its excess (tuning.cc): 1.5
+    node = NodeView(arch="hopper", ppn=8, nvlink_gb_per_s=370.8, nics=4, gpus_per_nic=2)
+    s = GroupShape(n_ranks=32, n_nodes=4, arch="hopper", intra_gb_per_s=370.8,
+                   ring_gb_per_s=370.0, net_gb_per_s=188.0, collnet=True, nodes=(node,))
+    assert tune(s, "all_reduce").entries[("collnet_direct", "simple")][1] == pytest.approx(
+        4 * 48.0 / 1.5 * 0.85 * 0.5)
+    # 2.23 has no Blackwell row in llMaxBw: Blackwell takes Hopper's (141, not 282)
+    b = GroupShape(n_ranks=8, n_nodes=1, arch="blackwell", intra_gb_per_s=740.0,
+                   ring_gb_per_s=740.0)
+    assert tune(b, "all_gather", nccl="2.23").entries[("ring", "ll")][1] == pytest.approx(
+        141.0 * 8 / 7)
+    assert tune(b, "all_gather").entries[("ring", "ll")][1] == pytest.approx(282.0 * 8 / 7)
