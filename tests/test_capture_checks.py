@@ -604,3 +604,15 @@ def test_a_run_remembers_every_rank_it_holds():
     # rank 0 again after [0], [1]: the third call starts a new run
     assert kinds_of([gc([0], stack=a), gc([1], stack=a), gc([0], stack=a)], 2) == [
         f"{la}, call 0", f"{la}, call 0", f"{la}, call 2"]
+
+
+def test_checks_go_on_after_a_missing_call_or_a_missing_twin():
+    s0 = [gc([0, 1, 2], "W"), gc([0, 1], "A")]
+    # rank 1 lacks a call; rank 2 makes another group: both named
+    found = check_sequences(make(3, [s0, s0[:1], [s0[0], gc([2], "B")]], {1: 1, 2: 2}))
+    assert [(f.code, f.ranks) for f in found] == [("capture-missing-call", (1,)),
+                                                  ("capture-divergence", (2,))]
+    # the DP all-gather group without its twin, then a matching FSDP pair
+    calls = [gc([0, 1], AG), gc([0, 1], "fsdp_reduce_scatter"), gc([0, 1], "mesh_shard")]
+    assert [(f.severity, f.groups) for f in check_twins(make(2, [calls]))] == [
+        ("warning", (AG,)), ("info", ("fsdp_reduce_scatter", "mesh_shard"))]
