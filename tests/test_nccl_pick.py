@@ -177,3 +177,54 @@ def test_collnet_direct_with_fewer_heads_than_gpus_and_blackwell_under_223():
     assert tune(b, "all_gather", nccl="2.23").entries[("ring", "ll")][1] == pytest.approx(
         141.0 * 8 / 7)
     assert tune(b, "all_gather").entries[("ring", "ll")][1] == pytest.approx(282.0 * 8 / 7)
+
+
+def _g(n, nodes, **kw):
+    base = dict(n_ranks=n, n_nodes=nodes, arch="hopper", intra_gb_per_s=370.8,
+                ring_gb_per_s=47.0, net_gb_per_s=47.0)
+    return GroupShape(**{**base, **kw})
+
+
+def test_few_nodes_and_one_gpu_per_node():
+    # tree graph 2 channels, bwIntra 48 / bwInter 24: up to 2 nodes NCCL prices bwIntra
+    # (tuning.cc), from 3 bwInter; perChMaxTreeBw N2 41.4, N4 36.0; pattern TREE x0.85
+    two, three = _g(2, 2), _g(3, 3)
+    assert tune(two, "all_reduce").entries[("tree", "simple")][1] == pytest.approx(
+        min(2 * 48 * 0.92, 2 * 41.4) * 0.85 * 0.5)
+    assert tune(three, "all_reduce").entries[("tree", "simple")][1] == pytest.approx(
+        min(2 * 24 * 0.92, 2 * 36.0) * 0.85 * 0.5)
+    assert algos(two, "all_gather") == ["ring", "pat"]      # PAT from 2 nodes of 1 GPU
+    # CollNet with one GPU per node: NET latency of Tree (ppn 1), no NVLink part;
+    # Chain priced at bwIntra 48 (CollNet always), Direct 1 head: factor 1, x0.85
+    c = tune(_g(4, 4, collnet=True), "all_reduce").entries
+    assert c[("collnet_chain", "simple")] == pytest.approx((14.0, 2 * 48.0 * 0.5))
+    assert c[("collnet_direct", "simple")] == pytest.approx((14.0, 48.0 * 0.85 * 0.5))
+    # two GPUs per node: one NVLink hop for Direct
+    c = tune(_g(8, 4, collnet=True), "all_reduce").entries
+    assert c[("collnet_direct", "simple")][0] == pytest.approx(2 * (3.7 + 0.4) + 31.0)
+
+
+def test_two_nodes_with_sharp_and_collnet_on_one_node():
+    s = GroupShape(n_ranks=16, n_nodes=2, arch="hopper", intra_gb_per_s=370.8,
+                   ring_gb_per_s=370.0, net_gb_per_s=376.0, nvls=True, collnet=True)
+    assert algos(s, "all_reduce") == ["ring", "tree", "collnet_chain", "collnet_direct",
+                                      "nvls_tree", "nvls"]
+    lat = {k: v[0] for k, v in tune(s, "all_reduce").entries.items()}
+    assert lat[("nvls", "simple")] == pytest.approx(25.0 + 18.0)     # 2 nodes: + network
+    # ring across 2 nodes: 30 steps, 2 over the network; the NVLink step floored at 1 us
+    assert lat[("ring", "ll")] == pytest.approx(6.6 + 28 * 1.0 + 2 * 2.7)
+    # SHARP asked for on one node: no network, no CollNet
+    one = GroupShape(n_ranks=8, n_nodes=1, arch="hopper", intra_gb_per_s=370.8,
+                     ring_gb_per_s=370.8, nvls=True, collnet=True)
+    assert algos(one, "all_reduce") == ["ring", "tree", "nvls"]
+
+
+def test_reduce_scatter_and_the_share():
+    # NVLS reduce-scatter: no bus -> algorithm conversion, like the all-gather
+    rs = tune(NODE, "reduce_scatter").entries
+    assert rs[("nvls", "simple")][1] == pytest.approx(8 * 40 * 0.85 * 7 / 8 * 7 / 8)
+    # the ring's share of the links applies below the link cap too
+    half = GroupShape(n_ranks=8, n_nodes=1, arch="hopper", intra_gb_per_s=370.8,
+                      ring_gb_per_s=370.8, nvls=True, share=0.5)
+    assert tune(half, "all_gather").entries[("ring", "simple")][1] == pytest.approx(
+        12 * 30.0 * 0.5 * 8 / 7)
