@@ -36,8 +36,8 @@ from simharness.replay.datapath import (
 LAY = build_layout(ParallelismConfig(world_size=4, expert_model_parallel_size=2,
                                      create_all_gather_group=True), "0.16")
 OPTS = DataPathOptions(steps=2, dense_buckets=1, expert_buckets=1, shard_numel=2)
-# A finding's kinds name the plan's all-gather kind, in the shared variant too (where the
-# all-gather ran on dp_cp): the kind a user fixes in the plan.
+# A finding's kinds name the bucket's all-gather kind of the plan (Bucket.ag_kind), in the
+# shared variant too, where the all-gather ran on dp_cp.
 DENSE_AG = "dp_cp_ag"
 SEP = "separate (dense AG on dp_cp_ag, expert AG on ep_dp)"
 SHA = "shared (dense AG on dp_cp, expert AG on ep_dp)"
@@ -211,7 +211,7 @@ def test_mixed_senders_extra_slots_and_repeats():
 def test_more_misrouted_shards_than_listed():
     g = observations()
     # every dense slot of every rank at step 0 names rank 0's shard 0: 3 wrong per rank
-    # (12), plus every expert slot but rank 0's and 1's own slot 0 (1 per rank: 4): 16
+    # (12), plus expert slot 1 of every rank (4): 16
     for r in range(4):
         for s in range(4):
             bucket(g, r, SHARED, "dense")["tags"][0][s] = [0, 0, 0, 0, 0]
