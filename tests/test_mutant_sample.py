@@ -66,8 +66,11 @@ def scratch(tmp: Path) -> Path:
 def run_tests(copy: Path, tests: list[str]) -> subprocess.CompletedProcess:
     """The tests on ``copy`` (its ``simharness`` first on sys.path: cwd of ``python -m``)."""
     env = {k: v for k, v in os.environ.items() if not k.startswith(("PYTEST_", "COV_"))}
+    # hypothesis's pytest plugin costs ~0.7 s of start-up per run (it imports hypothesis);
+    # @given tests run without it, and the records' tests need none of its options.
     cmd = [sys.executable, "-m", "pytest", "-q", "-x", "-p", "no:randomly", "-p",
-           "no:cacheprovider", "-n", "0", "-o", "addopts=", *tests]
+           "no:cacheprovider", "-p", "no:hypothesispytest", "-n", "0", "-o", "addopts=",
+           *tests]
     return subprocess.run(cmd, cwd=copy, env=env, capture_output=True, text=True,
                           timeout=TIMEOUT)
 
