@@ -344,7 +344,10 @@ def captured_layout(cap: Capture, layout: Layout) -> tuple[Layout | None, list[F
                                f"{_at(calls[0])}) that build_layout(config) (mcore "
                                f"{layout.mcore}) does not build", (), (desc,)))
             continue
-        rows = [c.members(W) for c in calls]
+        # torch sorts a group's ranks, so the order the code passed is not observable: a
+        # captured group over the same ranks as one the config builds takes that group's order
+        planned = {frozenset(g): g for g in layout.groups(kind).tolist()}
+        rows = [planned.get(frozenset(m), list(m)) for m in (c.members(W) for c in calls)]
         if len({len(r) for r in rows}) > 1:
             out.append(Finding("capture-vs-config", "error",
                                f"{desc}: the captured groups have different sizes "
