@@ -36,9 +36,8 @@ from simharness.replay.datapath import (
 LAY = build_layout(ParallelismConfig(world_size=4, expert_model_parallel_size=2,
                                      create_all_gather_group=True), "0.16")
 OPTS = DataPathOptions(steps=2, dense_buckets=1, expert_buckets=1, shard_numel=2)
-# A finding's kinds name the bucket's all-gather kind of the plan (Bucket.ag_kind), in the
-# shared variant too, where the all-gather ran on dp_cp.
-DENSE_AG = "dp_cp_ag"
+# A finding's kinds name the kind the all-gather ran on: dp_cp in the shared variant (not
+# the plan's dp_cp_ag), the plan's all-gather kind in the separate one.
 SEP = "separate (dense AG on dp_cp_ag, expert AG on ep_dp)"
 SHA = "shared (dense AG on dp_cp, expert AG on ep_dp)"
 STEP_S = {0: [0.5, 0.25], 1: [0.25, 1.0], 2: [0.125, 0.5], 3: [0.75, 0.0625]}
@@ -174,7 +173,7 @@ def test_a_shard_from_the_right_rank_in_the_wrong_place_or_time():
         Finding("datapath-ag-source", "error",
                 "shared: rank 0 holds shard 0 of dense bucket 0 at step 0 from rank 0, sent as "
                 "bucket 1 at step 0 (expected bucket 0 at step 0); "
-                + tail.format([0, 1, 2, 3], "dp_cp", [0, 1, 2, 3]), (0,), ("shared", DENSE_AG)),
+                + tail.format([0, 1, 2, 3], "dp_cp", [0, 1, 2, 3]), (0,), ("shared", "dp_cp")),
         Finding("datapath-ag-source", "error",
                 "shared: rank 2 holds shard 0 of expert bucket 0 at step 0 from rank 0, but as "
                 "its shard 1; " + tail.format([0, 2], "ep_dp", [0, 2]), (0, 2),

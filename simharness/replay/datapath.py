@@ -529,7 +529,10 @@ def _source_findings(var: Variant, layout: Layout, entries: list[dict]) -> list[
         if e["count"] > 1:
             msg += f" ({e['count']} times over the {b.side} buckets and steps)"
         ranks = tuple(sorted({e["rank"], *(x for x in (e["src"], e["want"]) if x is not None)}))
-        out.append(Finding("datapath-ag-source", "error", msg, ranks, (var.name, b.ag_kind)))
+        # the kind the all-gather ran on in this variant: the reduce-scatter group's own in
+        # ``shared``, the plan's all-gather kind (or a twin of the reduce-scatter group) else
+        ran_on = b.rs_kind if var.ag[b.side] == "rs" else b.ag_kind
+        out.append(Finding("datapath-ag-source", "error", msg, ranks, (var.name, ran_on)))
     if len(entries) > MAX_AG_FINDINGS:
         rest = entries[MAX_AG_FINDINGS:]
         out.append(Finding("datapath-ag-source", "error", (
