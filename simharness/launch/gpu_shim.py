@@ -79,6 +79,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..errors import NeedsGPU, SimharnessError
+from . import cuda_origin
 
 #: Backends that need a GPU and become gloo.
 GPU_BACKENDS = frozenset({"nccl", "ucc", "xccl", "hccl"})
@@ -141,6 +142,7 @@ class Shim:
     mapped: tuple[str, ...]
     ignored: list[Ignored] = field(default_factory=list)
     current_device: int = 0
+    origins: Any = None  # cuda_origin.Origins when compute stops (capture), else None
     _undo: list[Callable[[], None]] = field(default_factory=list, repr=False)
 
     def ignored_summary(self, limit: int = 12) -> list[str]:
@@ -234,9 +236,12 @@ def _device_index(device: Any, default: int) -> int | None:
     return None
 
 
-def install(local_rank: int, local_world_size: int, *, lazy_gloo: bool = True) -> Shim:
+def install(local_rank: int, local_world_size: int, *, lazy_gloo: bool = True,
+            compute_stops: bool = False) -> Shim:
     """Patch torch in this process as one GPU per local rank; returns the :class:`Shim`.
 
+    ``compute_stops`` (capture): tensors put on CUDA are tracked and compute on them stops
+    with :class:`NeedsGPU` (:mod:`.cuda_origin`); without it they are plain CPU tensors.
     Raises :class:`ShimError` when a shim is already installed or the values are out of
     range.
     """
@@ -260,7 +265,7 @@ def install(local_rank: int, local_world_size: int, *, lazy_gloo: bool = True) -
             _patch_cuda(shim)
             _patch_dist(shim)
             _patch_ddp(shim)
-            _enter_tensor_mode(shim)
+            _enter_tensor_mode(shim, compute_stops)
         except BaseException:
             while shim._undo:
                 shim._undo.pop()()
@@ -467,30 +472,103 @@ def _patch_ddp(shim: Shim) -> None:
     _set(shim, DDP, "__init__", __init__)
 
 
-def _enter_tensor_mode(shim: Shim) -> None:
+def _enter_tensor_mode(shim: Shim, compute_stops: bool = False) -> None:
     import torch
     from torch.overrides import TorchFunctionMode
 
     tensor_to, tensor_cuda, tensor_pin = torch.Tensor.to, torch.Tensor.cuda, torch.Tensor.pin_memory
+    tensor_cpu = torch.Tensor.cpu
     parse_to = torch._C._nn._parse_to  # Module.to(device) asks it through the mode
+    origins = cuda_origin.Origins() if compute_stops else None
+    shim.origins = origins
+
+    def to_cuda(func: Any, args: list[Any], kwargs: dict[str, Any]) -> bool:
+        """Whether this call asks for a CUDA device (and maps it to CPU in args/kwargs).
+        With ``compute_stops``, ``Module.to``'s parse keeps the CUDA device, so that each
+        tensor's own ``Tensor.to`` is seen (and marked) here."""
+        if func is parse_to and origins is not None:
+            return False
+        asked = "device" in kwargs and _device_index(kwargs["device"], 0) is not None
+        if asked:
+            kwargs["device"] = "cpu"
+        if func is tensor_to or func is parse_to:
+            first = 1 if func is tensor_to else 0  # Tensor.to's self is not a device
+            new = tuple("cpu" if i >= first and _device_index(a, 0) is not None else a
+                        for i, a in enumerate(args))
+            asked = asked or new != tuple(args)
+            args[:] = new
+        return asked
 
     class CudaToCpu(TorchFunctionMode):
-        """Puts tensors asked for on a CUDA device on the CPU."""
+        """Puts tensors asked for on a CUDA device on the CPU; with ``compute_stops``, marks
+        them (:mod:`.cuda_origin`) and stops compute on them."""
 
         def __torch_function__(self, func, types, args=(), kwargs=None):
             kwargs = dict(kwargs or {})
-            if func is tensor_cuda or func is tensor_pin:
+            if func is tensor_pin:
                 return args[0]
-            if "device" in kwargs and _device_index(kwargs["device"], 0) is not None:
-                kwargs["device"] = "cpu"
+            if func is tensor_cuda and origins is None:
+                return args[0]
             if kwargs.get("pin_memory"):
                 kwargs["pin_memory"] = False
-            if func is tensor_to or func is parse_to:
-                first = 1 if func is tensor_to else 0  # Tensor.to's self is not a device
-                args = tuple("cpu" if i >= first and _device_index(a, 0) is not None else a
-                             for i, a in enumerate(args))
-            return func(*args, **kwargs)
+            listed = list(args)
+            asked = to_cuda(func, listed, kwargs)
+            args = tuple(listed)
+            if origins is None:
+                return func(*args, **kwargs)
+            return _tracked(func, args, kwargs, asked)
+
+    def _tracked(func: Any, args: tuple, kwargs: dict, asked: bool) -> Any:
+        assert origins is not None
+        if func is tensor_cuda or (func is tensor_to and (
+                asked or any(origins.marked(a) for a in args[1:]))):
+            # to CUDA: a copy unless it is there already, as on a GPU
+            if func is tensor_cuda:
+                args, kwargs = args[:1], {"non_blocking": kwargs.get("non_blocking", False)}
+            if origins.marked(args[0]):
+                out = args[0] if func is tensor_cuda else func(*args, **kwargs)
+            else:
+                out = args[0].clone() if func is tensor_cuda else func(*args, **kwargs)
+                if out is args[0] or _same_storage(out, args[0]):
+                    out = out.clone()
+            origins.mark(out)
+            return out
+        if not origins or not origins.any_marked((args, kwargs)):
+            out = func(*args, **kwargs)
+            if asked:
+                origins.mark(out)
+            return out
+        name = cuda_origin.op_name(func)
+        if func is tensor_cpu or (func is tensor_to and _names_cpu(args, kwargs)):
+            out = func(*args, **kwargs)  # back to the host: a copy, not marked
+            return out.clone() if _same_storage(out, args[0]) else out
+        if not (asked or cuda_origin.is_movement(name)
+                or cuda_origin.caller_is_movement(func, _HERE)):
+            raise NeedsGPU(f"{name} on a CUDA tensor", user_site(), why=cuda_origin.WHY)
+        out = func(*args, **kwargs)
+        if not (name.endswith("_") and not name.endswith("__")):  # in place: self keeps its mark
+            origins.mark(out)
+        return out
 
     mode = CudaToCpu()
     mode.__enter__()
     shim._undo.append(lambda: mode.__exit__(None, None, None))
+
+
+def _same_storage(a: Any, b: Any) -> bool:
+    import torch
+
+    if not (isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor)):
+        return False
+    try:
+        return bool(a.untyped_storage()._cdata == b.untyped_storage()._cdata)
+    except (RuntimeError, NotImplementedError, TypeError):
+        return False
+
+
+def _names_cpu(args: tuple, kwargs: dict) -> bool:
+    """Whether ``Tensor.to(*args, **kwargs)`` names the CPU explicitly."""
+    for value in (*args[1:], kwargs.get("device")):
+        if value is not None and (str(value) == "cpu" or getattr(value, "type", None) == "cpu"):
+            return True
+    return False
