@@ -73,6 +73,8 @@ def test_faithful_capture_sees_what_torchrun_sees(tmp_path):
         assert got["node_sum"] == sum(node)        # all_reduce
         assert got["node_ranks"] == [n - 1 for n in node]   # all_gather_object
         assert got["node_backend"] == "gloo"
+        # all_reduce of 0+1+2+3, then rank 1's first element broadcast over it (a view)
+        assert got["cuda_moved"] == [[6.0, 6.0], [0.5, 1.5, 2.5, 3.5], "torch.float32"]
         # Only the default group and the NODE group ran collectives: the other groups
         # this rank is in (SUBGROUP, SPLIT, mesh_dp, mesh_tp, the set-order groups of
         # ranks 0-1) have no communicator.
@@ -130,6 +132,20 @@ def test_a_call_that_needs_a_gpu_stops_with_one_line_naming_the_script_line(tmp_
     (line,) = error_lines(res.stderr)
     assert "needs a real GPU" in line, line
     assert f"broken_job.py:{line_of('broken_job.py', 'Stream()')}" in line, line
+
+
+def test_compute_on_a_cuda_tensor_stops_that_rank_naming_its_line(tmp_path):
+    res, out = _broken(tmp_path, "compute")
+    assert res.returncode == 3, res.stderr
+    (line,) = error_lines(res.stderr)
+    at = f"broken_job.py:{line_of('broken_job.py', 'y = x * 2')}"
+    assert line.startswith("error: rank 1 stopped after 1 new_group call(s): needs a real GPU: "
+                           "torch.Tensor.mul on a CUDA tensor at ") and f"{at} (" in line, line
+    assert line.endswith(f"1 of 2 ranks completed; the partial capture is in {out}"), line
+    saved = Capture.from_dict(json.loads(out.read_text()))
+    assert saved.records[0].status == "ok" and saved.calls(0)
+    assert saved.records[1].status == "failed" and saved.records[1].error["kind"] == "gpu-only"
+    assert saved.calls(1)  # what rank 1 recorded before it stopped is kept
 
 
 def test_sigterm_saves_the_partial_capture_and_leaves_nothing(tmp_path):

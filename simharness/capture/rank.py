@@ -296,8 +296,8 @@ def _classify(exc: BaseException, run: RankRun) -> dict[str, Any]:
     from .runtime import _classify as classify
 
     out = classify(exc, run.rec)
-    if isinstance(exc, NeedsGPU):
-        out["kind"] = "gpu-only"
+    if isinstance(exc, NeedsGPU):  # its own line names the call, the script line and why
+        out["kind"], out["message"] = "gpu-only", str(exc)
     elif isinstance(exc, ImportError):
         out["kind"] = "import"
     elif out["kind"] == "gpu-only":  # the shim answers the GPU calls: a plain failure

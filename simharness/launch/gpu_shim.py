@@ -265,6 +265,8 @@ def install(local_rank: int, local_world_size: int, *, lazy_gloo: bool = True,
             _patch_cuda(shim)
             _patch_dist(shim)
             _patch_ddp(shim)
+            if compute_stops:
+                _patch_fsdp(shim)
             _enter_tensor_mode(shim, compute_stops)
         except BaseException:
             while shim._undo:
@@ -470,6 +472,25 @@ def _patch_ddp(shim: Shim) -> None:
         original(*bound.args, **bound.kwargs)
 
     _set(shim, DDP, "__init__", __init__)
+
+
+def _patch_fsdp(shim: Shim) -> None:
+    """FSDP2's ``fully_shard`` on a ``"cuda"`` DeviceMesh takes ``cuda:<current>`` as its
+    device (``_get_device_from_mesh``, torch/distributed/fsdp/_fully_shard/_fsdp_init.py:219)
+    and asserts each parameter is there (``_fsdp_param.py:246``); the shim's tensors are on
+    CPU, so the device it gets is ``cpu`` (FSDP's CPU path: gloo collectives, no streams)."""
+    import torch
+    from torch.distributed.fsdp._fully_shard import _fsdp_init
+
+    original = _fsdp_init._get_device_from_mesh
+
+    def device_from_mesh(mesh: Any) -> Any:
+        if _device_index(getattr(mesh, "device_type", None), 0) is not None:
+            shim.ignored.append(Ignored("fully_shard", "device cuda (runs on cpu)", user_site()))
+            return torch.device("cpu")
+        return original(mesh)
+
+    _replace_everywhere(shim, "torch.distributed", original, device_from_mesh)
 
 
 def _enter_tensor_mode(shim: Shim, compute_stops: bool = False) -> None:
