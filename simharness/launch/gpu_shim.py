@@ -494,75 +494,76 @@ def _patch_fsdp(shim: Shim) -> None:
 
 
 def _enter_tensor_mode(shim: Shim, compute_stops: bool = False) -> None:
-    import torch
     from torch.overrides import TorchFunctionMode
 
-    tensor_to, tensor_cuda, tensor_pin = torch.Tensor.to, torch.Tensor.cuda, torch.Tensor.pin_memory
-    tensor_cpu = torch.Tensor.cpu
-    parse_to = torch._C._nn._parse_to  # Module.to(device) asks it through the mode
-    origins = cuda_origin.Origins() if compute_stops else None
-    shim.origins = origins
-
-    def to_cuda(func: Any, args: list[Any], kwargs: dict[str, Any]) -> bool:
-        """Whether this call asks for a CUDA device (and maps it to CPU in args/kwargs).
-        With ``compute_stops``, ``Module.to``'s parse keeps the CUDA device, so that each
-        tensor's own ``Tensor.to`` is seen (and marked) here."""
-        if func is parse_to and origins is not None:
-            return False
-        asked = "device" in kwargs and _device_index(kwargs["device"], 0) is not None
-        if asked:
-            kwargs["device"] = "cpu"
-        if func is tensor_to or func is parse_to:
-            first = 1 if func is tensor_to else 0  # Tensor.to's self is not a device
-            new = tuple("cpu" if i >= first and _device_index(a, 0) is not None else a
-                        for i, a in enumerate(args))
-            asked = asked or new != tuple(args)
-            args[:] = new
-        return asked
+    tensors = _CudaTensors(cuda_origin.Origins() if compute_stops else None)
+    shim.origins = tensors.origins
 
     class CudaToCpu(TorchFunctionMode):
         """Puts tensors asked for on a CUDA device on the CPU; with ``compute_stops``, marks
         them (:mod:`.cuda_origin`) and stops compute on them."""
 
         def __torch_function__(self, func, types, args=(), kwargs=None):
-            kwargs = dict(kwargs or {})
-            if func is tensor_pin:
-                return args[0]
-            if func is tensor_cuda and origins is None:
-                return args[0]
-            if kwargs.get("pin_memory"):
-                kwargs["pin_memory"] = False
-            listed = list(args)
-            asked = to_cuda(func, listed, kwargs)
-            args = tuple(listed)
-            if origins is None:
-                return func(*args, **kwargs)
-            return _tracked(func, args, kwargs, asked)
+            return tensors.call(func, tuple(args), dict(kwargs or {}))
 
-    def _tracked(func: Any, args: tuple, kwargs: dict, asked: bool) -> Any:
+    mode = CudaToCpu()
+    mode.__enter__()
+    shim._undo.append(lambda: mode.__exit__(None, None, None))
+
+
+class _CudaTensors:
+    """What the tensor mode does with one torch call: CUDA devices become ``cpu``; with
+    ``origins`` (capture), the results are marked and compute on marked tensors stops."""
+
+    def __init__(self, origins: cuda_origin.Origins | None):
+        import torch
+
+        self.origins = origins
+        self.to, self.cuda, self.cpu = torch.Tensor.to, torch.Tensor.cuda, torch.Tensor.cpu
+        self.pin = torch.Tensor.pin_memory
+        self.parse_to = torch._C._nn._parse_to  # Module.to(device) asks it through the mode
+
+    def call(self, func: Any, args: tuple, kwargs: dict[str, Any]) -> Any:
+        if func is self.pin or (func is self.cuda and self.origins is None):
+            return args[0]
+        if kwargs.get("pin_memory"):
+            kwargs["pin_memory"] = False
+        args, asked = self.map_devices(func, args, kwargs)
+        if self.origins is None:
+            return func(*args, **kwargs)
+        return self.tracked(func, args, kwargs, asked)
+
+    def map_devices(self, func: Any, args: tuple, kwargs: dict[str, Any]) -> tuple[tuple, bool]:
+        """``args`` with CUDA devices as ``cpu`` (``kwargs`` changed in place), and whether
+        the call asked for a CUDA device. With ``origins``, ``Module.to``'s parse keeps the
+        CUDA device, so that each tensor's own ``Tensor.to`` is seen (and marked) here."""
+        if func is self.parse_to and self.origins is not None:
+            return args, False
+        asked = "device" in kwargs and _device_index(kwargs["device"], 0) is not None
+        if asked:
+            kwargs["device"] = "cpu"
+        if func is self.to or func is self.parse_to:
+            first = 1 if func is self.to else 0  # Tensor.to's self is not a device
+            new = tuple("cpu" if i >= first and _device_index(a, 0) is not None else a
+                        for i, a in enumerate(args))
+            return new, asked or new != args
+        return args, asked
+
+    def tracked(self, func: Any, args: tuple, kwargs: dict[str, Any], asked: bool) -> Any:
+        origins = self.origins
         assert origins is not None
-        if func is tensor_cuda or (func is tensor_to and (
+        if func is self.cuda or (func is self.to and (
                 asked or any(origins.marked(a) for a in args[1:]))):
-            # to CUDA: a copy unless it is there already, as on a GPU
-            if func is tensor_cuda:
-                args, kwargs = args[:1], {"non_blocking": kwargs.get("non_blocking", False)}
-            if origins.marked(args[0]):
-                out = args[0] if func is tensor_cuda else func(*args, **kwargs)
-            else:
-                out = args[0].clone() if func is tensor_cuda else func(*args, **kwargs)
-                if out is args[0] or _same_storage(out, args[0]):
-                    out = out.clone()
-            origins.mark(out)
-            return out
-        if not origins or not origins.any_marked((args, kwargs)):
+            return self.to_cuda(func, args, kwargs)
+        if not origins.any_marked((args, kwargs)):
             out = func(*args, **kwargs)
             if asked:
                 origins.mark(out)
             return out
-        name = cuda_origin.op_name(func)
-        if func is tensor_cpu or (func is tensor_to and _names_cpu(args, kwargs)):
+        if func is self.cpu or (func is self.to and _names_cpu(args, kwargs)):
             out = func(*args, **kwargs)  # back to the host: a copy, not marked
             return out.clone() if _same_storage(out, args[0]) else out
+        name = cuda_origin.op_name(func)
         if not (asked or cuda_origin.is_movement(name)
                 or cuda_origin.caller_is_movement(func, _HERE)):
             raise NeedsGPU(f"{name} on a CUDA tensor", user_site(), why=cuda_origin.WHY)
@@ -571,9 +572,19 @@ def _enter_tensor_mode(shim: Shim, compute_stops: bool = False) -> None:
             origins.mark(out)
         return out
 
-    mode = CudaToCpu()
-    mode.__enter__()
-    shim._undo.append(lambda: mode.__exit__(None, None, None))
+    def to_cuda(self, func: Any, args: tuple, kwargs: dict[str, Any]) -> Any:
+        """``Tensor.cuda()`` / ``.to(cuda)``: a marked copy unless the tensor is marked
+        already (then itself, or its cast), as on a GPU."""
+        assert self.origins is not None
+        src = args[0]
+        if func is self.cuda:
+            out = src if self.origins.marked(src) else src.clone()
+        else:
+            out = func(*args, **kwargs)
+            if not self.origins.marked(src) and (out is src or _same_storage(out, src)):
+                out = out.clone()
+        self.origins.mark(out)
+        return out
 
 
 def _same_storage(a: Any, b: Any) -> bool:
