@@ -44,7 +44,11 @@ tensors on ``cuda``/``cuda:N``/int device        land on CPU: ``device=`` of any
                                                  function, ``Tensor.to(...)``,
                                                  ``Module.to(...)``, ``Tensor.cuda()``,
                                                  ``pin_memory`` (a ``TorchFunctionMode``, this
-                                                 thread only)
+                                                 thread only); with ``compute_stops``
+                                                 (capture) marked, and compute on them is
+                                                 refused (:mod:`.cuda_origin`)
+``fully_shard`` on a ``"cuda"`` DeviceMesh       with ``compute_stops``: FSDP2's device is
+                                                 ``cpu`` (listed as ignored)
 ``DistributedDataParallel(device_ids=,``         dropped when the module's parameters are all
 ``output_device=)``                              on CPU (they are: see above), listed as
                                                  ignored; DDP then runs as on CPU
