@@ -143,10 +143,21 @@ class Origins:
 
 
 def _tensors(value: Any) -> list[Any]:
-    import torch
-    from torch.utils._pytree import tree_leaves
+    """The tensors in ``value``: itself, or inside (nested) tuples, lists and dict values.
 
-    return [x for x in tree_leaves(value) if isinstance(x, torch.Tensor)]
+    >>> import torch
+    >>> len(_tensors(((torch.ones(1), 2), {"out": [torch.ones(1)]})))
+    2
+    """
+    import torch
+
+    if isinstance(value, torch.Tensor):
+        return [value]
+    if isinstance(value, (tuple, list)):
+        return [t for item in value for t in _tensors(item)]
+    if isinstance(value, dict):
+        return [t for item in value.values() for t in _tensors(item)]
+    return []
 
 
 def _storage(t: Any) -> Any:
