@@ -126,26 +126,24 @@ def test_stuck_rank_is_named_with_its_stack_within_the_grace(tmp_path):
     assert json.loads(out.read_text())["records"][1]["status"] == "timeout"
 
 
-def test_a_call_that_needs_a_gpu_stops_with_one_line_naming_the_script_line(tmp_path):
-    res, _ = _broken(tmp_path, "cuda")
-    assert res.returncode == 3, res.stderr
-    (line,) = error_lines(res.stderr)
-    assert "needs a real GPU" in line, line
-    assert f"broken_job.py:{line_of('broken_job.py', 'Stream()')}" in line, line
-
-
-def test_compute_on_a_cuda_tensor_stops_that_rank_naming_its_line(tmp_path):
-    res, out = _broken(tmp_path, "compute")
+def test_compute_on_a_cuda_tensor_or_a_gpu_call_stops_the_rank_naming_its_line(tmp_path):
+    # Both ranks put a tensor on "cuda" and all_reduce it (data movement); then rank 0
+    # multiplies it (compute) and rank 1 asks for a CUDA stream.
+    res, out = _broken(tmp_path, "cuda")
     assert res.returncode == 3, res.stderr
     (line,) = error_lines(res.stderr)
     at = f"broken_job.py:{line_of('broken_job.py', 'y = x * 2')}"
-    assert line.startswith("error: rank 1 stopped after 1 new_group call(s): needs a real GPU: "
+    assert line.startswith("error: rank 0 stopped after 1 new_group call(s): needs a real GPU: "
                            "torch.Tensor.mul on a CUDA tensor at ") and f"{at} (" in line, line
-    assert line.endswith(f"1 of 2 ranks completed; the partial capture is in {out}"), line
+    assert line.endswith(f"1 more rank(s) failed; 0 of 2 ranks completed; the partial capture "
+                         f"is in {out}"), line
     saved = Capture.from_dict(json.loads(out.read_text()))
-    assert saved.records[0].status == "ok" and saved.calls(0)
-    assert saved.records[1].status == "failed" and saved.records[1].error["kind"] == "gpu-only"
-    assert saved.calls(1)  # what rank 1 recorded before it stopped is kept
+    for r in (0, 1):  # what each rank recorded before it stopped is kept
+        assert saved.records[r].status == "failed" and saved.calls(r)
+        assert saved.records[r].error["kind"] == "gpu-only"
+    stream = f"broken_job.py:{line_of('broken_job.py', 'Stream()')}"
+    assert "needs a real GPU: torch.cuda.Stream at " in saved.records[1].error["message"]
+    assert stream in saved.records[1].error["message"]
 
 
 def test_sigterm_saves_the_partial_capture_and_leaves_nothing(tmp_path):

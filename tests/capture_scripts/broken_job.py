@@ -33,11 +33,7 @@ if os.environ.get("BROKEN") == "cuda":
     import torch
 
     x = torch.ones(4, device="cuda")  # data on "cuda": the shim puts it on CPU
-    stream = torch.cuda.Stream()  # needs a real GPU
-if os.environ.get("BROKEN") == "compute":
-    import torch
-
-    x = torch.ones(4, device="cuda")
     dist.all_reduce(x)  # data movement
-    if rank == 1:
+    if rank == 0:
         y = x * 2  # compute on a CUDA tensor: needs a real GPU
+    stream = torch.cuda.Stream()  # needs a real GPU
