@@ -59,11 +59,12 @@ class NeedsGPU(SimharnessError, RuntimeError):
     'needs a real GPU: torch.cuda.Stream at model.py:12 '
     """
 
-    def __init__(self, call: str, where: str):
-        super().__init__(f"needs a real GPU: {call} at {where} (the CPU shim maps only data "
-                         f"movement; run this on a GPU machine)")
+    def __init__(self, call: str, where: str, why: str = ""):
+        why = why or "the CPU shim maps only data movement; run this on a GPU machine"
+        super().__init__(f"needs a real GPU: {call} at {where} ({why})")
         self.call = call
         self.where = where
+        self.why = why
 
-    def __reduce__(self):  # picklable across processes with its two fields
-        return (type(self), (self.call, self.where))
+    def __reduce__(self):  # picklable across processes with its three fields
+        return (type(self), (self.call, self.where, self.why))

@@ -73,6 +73,8 @@ def test_faithful_capture_sees_what_torchrun_sees(tmp_path):
         assert got["node_sum"] == sum(node)        # all_reduce
         assert got["node_ranks"] == [n - 1 for n in node]   # all_gather_object
         assert got["node_backend"] == "gloo"
+        # all_reduce of 0+1+2+3, then rank 1's first element broadcast over it (a view)
+        assert got["cuda_moved"] == [[6.0, 6.0], [0.5, 1.5, 2.5, 3.5], "torch.float32"]
         # Only the default group and the NODE group ran collectives: the other groups
         # this rank is in (SUBGROUP, SPLIT, mesh_dp, mesh_tp, the set-order groups of
         # ranks 0-1) have no communicator.
@@ -124,12 +126,24 @@ def test_stuck_rank_is_named_with_its_stack_within_the_grace(tmp_path):
     assert json.loads(out.read_text())["records"][1]["status"] == "timeout"
 
 
-def test_a_call_that_needs_a_gpu_stops_with_one_line_naming_the_script_line(tmp_path):
-    res, _ = _broken(tmp_path, "cuda")
+def test_compute_on_a_cuda_tensor_or_a_gpu_call_stops_the_rank_naming_its_line(tmp_path):
+    # Both ranks put a tensor on "cuda" and all_reduce it (data movement); then rank 0
+    # multiplies it (compute) and rank 1 asks for a CUDA stream.
+    res, out = _broken(tmp_path, "cuda")
     assert res.returncode == 3, res.stderr
     (line,) = error_lines(res.stderr)
-    assert "needs a real GPU" in line, line
-    assert f"broken_job.py:{line_of('broken_job.py', 'Stream()')}" in line, line
+    at = f"broken_job.py:{line_of('broken_job.py', 'y = x * 2')}"
+    assert line.startswith("error: rank 0 stopped after 1 new_group call(s): needs a real GPU: "
+                           "torch.Tensor.mul on a CUDA tensor at ") and f"{at} (" in line, line
+    assert line.endswith(f"1 more rank(s) failed; 0 of 2 ranks completed; the partial capture "
+                         f"is in {out}"), line
+    saved = Capture.from_dict(json.loads(out.read_text()))
+    for r in (0, 1):  # what each rank recorded before it stopped is kept
+        assert saved.records[r].status == "failed" and saved.calls(r)
+        assert saved.records[r].error["kind"] == "gpu-only"
+    stream = f"broken_job.py:{line_of('broken_job.py', 'Stream()')}"
+    assert "needs a real GPU: torch.cuda.Stream at " in saved.records[1].error["message"]
+    assert stream in saved.records[1].error["message"]
 
 
 def test_sigterm_saves_the_partial_capture_and_leaves_nothing(tmp_path):

@@ -161,6 +161,67 @@ def test_shim_in_process_maps_refuses_and_uninstalls():
                    "twice", False, 0, True, "restored"]
 
 
+# With compute_stops (what capture installs): CUDA tensors may be created, moved, copied and
+# communicated; compute on one stops with NeedsGPU naming the line. Lines marked STOP must stop
+# with that op (on a GPU they run a kernel on CUDA memory); every other step must pass.
+SHIM_COMPUTE_STOPS = """
+import json
+import warnings
+warnings.simplefilter("ignore")
+import torch
+import torch.distributed as dist
+import torch.nn as nn
+from simharness.errors import NeedsGPU
+from simharness.launch import gpu_shim
+
+s = gpu_shim.install(0, 1, compute_stops=True)
+out = []
+
+
+def step(f):
+    try:
+        f()
+        out.append("ok")
+    except NeedsGPU as e:
+        out.append([e.call, int(e.where.rsplit(":", 1)[1])])
+
+
+host = torch.ones(4)
+dev = torch.zeros(4, device="cuda")
+step(lambda: host.cuda().view(2, 2)[0].clone().to(torch.float16).tolist())
+step(lambda: host + 1)                                   # host tensor: CPU compute
+step(lambda: dev.to("cpu") * 3)                          # copied back to the host first
+step(lambda: dev.copy_(host))
+step(lambda: torch.cat([dev, host.cuda()]).numel())
+step(lambda: dev + 1)                                    # STOP torch.Tensor.add
+step(lambda: dev[:2] @ dev[2:])                          # STOP torch.Tensor.matmul (views)
+linear = nn.Linear(4, 4).cuda()                          # its weight is on CUDA
+step(lambda: linear(host))                               # STOP torch.nn.functional.linear
+step(lambda: nn.init.trunc_normal_(nn.Linear(4, 4, device="cuda").weight))
+dist.init_process_group("nccl", store=dist.HashStore(), rank=0, world_size=1)
+step(lambda: dist.all_reduce(dev))
+from torch.distributed.device_mesh import init_device_mesh
+from torch.distributed.fsdp import fully_shard
+model = fully_shard(nn.Linear(4, 4), mesh=init_device_mesh("cuda", (1,)))
+step(lambda: model(host))                                # FSDP on CPU, input on the host
+step(lambda: model(dev))                                 # STOP torch.nn.functional.linear
+dist.destroy_process_group()
+s.uninstall()
+print(json.dumps(out))
+"""
+
+
+def test_capture_shim_stops_compute_on_cuda_tensors_and_only_that():
+    out = subprocess.run([sys.executable, "-c", SHIM_COMPUTE_STOPS], cwd=ROOT, env=child_env(),
+                         capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    lines = SHIM_COMPUTE_STOPS.splitlines()
+    steps = [(i, ln) for i, ln in enumerate(lines, 1) if ln.startswith("step(")]
+    want = [[f"{ln.split('# STOP ')[1].split()[0]} on a CUDA tensor", i] if "# STOP" in ln
+            else "ok" for i, ln in steps]
+    assert json.loads(out.stdout) == want
+
+
 def test_map_backend_keeps_other_backends():
     from simharness.launch.gpu_shim import map_backend
 

@@ -616,6 +616,8 @@ def failure_message(cap: Capture, out_path: str | None = None) -> str | None:
                f"; --fast runs on CPU under the fake backend: drop --fast (the default mode "
                f"answers the CUDA device calls), or guard the call with "
                f"torch.cuda.is_available()")
+    elif kind == "gpu-only" and str(err.get("message", "")).startswith("needs a real GPU"):
+        msg = f"rank {rec.rank} stopped{calls}: {err['message']}"  # the shim's NeedsGPU
     elif kind == "gpu-only":
         msg = (f"rank {rec.rank} makes a call that needs a real GPU{at}{via}{calls}: "
                f"{err.get('message')}; capture answers the CUDA device calls, NCCL and CUDA "

@@ -7,7 +7,9 @@ agent, :mod:`simharness.launch.launcher`; it also runs under a plain ``torchrun`
 
 * installs the GPU shim (:mod:`simharness.launch.gpu_shim`, unless ``--no-shim``): the
   CUDA device calls are answered per local rank, NCCL becomes gloo, ``TORCH_GLOO_LAZY_INIT=1``
-  (a subgroup connects only when the script runs a collective on it);
+  (a subgroup connects only when the script runs a collective on it); CUDA tensors live on
+  CPU for data movement only, and compute on one stops the rank
+  (:mod:`simharness.launch.cuda_origin`);
 * wraps ``init_process_group``, ``new_group`` and ``split_group`` (every name bound to them,
   so ``new_subgroups*`` and ``init_device_mesh`` are seen too) to record each call
   (:class:`~simharness.capture.record.GroupCall`) and then make it for real: the default
@@ -294,8 +296,8 @@ def _classify(exc: BaseException, run: RankRun) -> dict[str, Any]:
     from .runtime import _classify as classify
 
     out = classify(exc, run.rec)
-    if isinstance(exc, NeedsGPU):
-        out["kind"] = "gpu-only"
+    if isinstance(exc, NeedsGPU):  # its own line names the call, the script line and why
+        out["kind"], out["message"] = "gpu-only", str(exc)
     elif isinstance(exc, ImportError):
         out["kind"] = "import"
     elif out["kind"] == "gpu-only":  # the shim answers the GPU calls: a plain failure
@@ -434,12 +436,14 @@ def _main_fake(ns: argparse.Namespace, rank_args: Any, env: Any,
 
 def _prepare(rank_args: Any, env: Any) -> None:
     """The bootstrap's checks and the shim (:func:`simharness.launch.rank.prepare`): tensors
-    put on a CUDA device land on CPU (FSDP2's ``fully_shard`` moves parameters there); what
-    truly needs a GPU (streams, events, device properties) is a
-    :class:`~simharness.errors.NeedsGPU` naming the script line."""
+    put on a CUDA device land on CPU and may be moved, copied and communicated; computing on
+    one (:mod:`simharness.launch.cuda_origin`) and what truly needs a GPU (streams, events,
+    device properties) is a :class:`~simharness.errors.NeedsGPU` naming the script line."""
+    import dataclasses
+
     from ..launch.rank import prepare
 
-    prepare(rank_args)
+    prepare(dataclasses.replace(rank_args, compute_stops=True))
 
 
 def _tb_where(exc: BaseException) -> list[str]:

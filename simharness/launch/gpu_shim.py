@@ -44,7 +44,11 @@ tensors on ``cuda``/``cuda:N``/int device        land on CPU: ``device=`` of any
                                                  function, ``Tensor.to(...)``,
                                                  ``Module.to(...)``, ``Tensor.cuda()``,
                                                  ``pin_memory`` (a ``TorchFunctionMode``, this
-                                                 thread only)
+                                                 thread only); with ``compute_stops``
+                                                 (capture) marked, and compute on them is
+                                                 refused (:mod:`.cuda_origin`)
+``fully_shard`` on a ``"cuda"`` DeviceMesh       with ``compute_stops``: FSDP2's device is
+                                                 ``cpu`` (listed as ignored)
 ``DistributedDataParallel(device_ids=,``         dropped when the module's parameters are all
 ``output_device=)``                              on CPU (they are: see above), listed as
                                                  ignored; DDP then runs as on CPU
@@ -79,6 +83,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..errors import NeedsGPU, SimharnessError
+from . import cuda_origin
 
 #: Backends that need a GPU and become gloo.
 GPU_BACKENDS = frozenset({"nccl", "ucc", "xccl", "hccl"})
@@ -141,6 +146,7 @@ class Shim:
     mapped: tuple[str, ...]
     ignored: list[Ignored] = field(default_factory=list)
     current_device: int = 0
+    origins: Any = None  # cuda_origin.Origins when compute stops (capture), else None
     _undo: list[Callable[[], None]] = field(default_factory=list, repr=False)
 
     def ignored_summary(self, limit: int = 12) -> list[str]:
@@ -234,9 +240,12 @@ def _device_index(device: Any, default: int) -> int | None:
     return None
 
 
-def install(local_rank: int, local_world_size: int, *, lazy_gloo: bool = True) -> Shim:
+def install(local_rank: int, local_world_size: int, *, lazy_gloo: bool = True,
+            compute_stops: bool = False) -> Shim:
     """Patch torch in this process as one GPU per local rank; returns the :class:`Shim`.
 
+    ``compute_stops`` (capture): tensors put on CUDA are tracked and compute on them stops
+    with :class:`NeedsGPU` (:mod:`.cuda_origin`); without it they are plain CPU tensors.
     Raises :class:`ShimError` when a shim is already installed or the values are out of
     range.
     """
@@ -260,7 +269,9 @@ def install(local_rank: int, local_world_size: int, *, lazy_gloo: bool = True) -
             _patch_cuda(shim)
             _patch_dist(shim)
             _patch_ddp(shim)
-            _enter_tensor_mode(shim)
+            if compute_stops:
+                _patch_fsdp(shim)
+            _enter_tensor_mode(shim, compute_stops)
         except BaseException:
             while shim._undo:
                 shim._undo.pop()()
@@ -467,30 +478,133 @@ def _patch_ddp(shim: Shim) -> None:
     _set(shim, DDP, "__init__", __init__)
 
 
-def _enter_tensor_mode(shim: Shim) -> None:
+def _patch_fsdp(shim: Shim) -> None:
+    """FSDP2's ``fully_shard`` on a ``"cuda"`` DeviceMesh takes ``cuda:<current>`` as its
+    device (``_get_device_from_mesh``, torch/distributed/fsdp/_fully_shard/_fsdp_init.py:219)
+    and asserts each parameter is there (``_fsdp_param.py:246``); the shim's tensors are on
+    CPU, so the device it gets is ``cpu`` (FSDP's CPU path: gloo collectives, no streams)."""
     import torch
+    from torch.distributed.fsdp._fully_shard import _fsdp_init
+
+    original = _fsdp_init._get_device_from_mesh
+
+    def device_from_mesh(mesh: Any) -> Any:
+        if _device_index(getattr(mesh, "device_type", None), 0) is not None:
+            shim.ignored.append(Ignored("fully_shard", "device cuda (runs on cpu)", user_site()))
+            return torch.device("cpu")
+        return original(mesh)
+
+    _replace_everywhere(shim, "torch.distributed", original, device_from_mesh)
+
+
+def _enter_tensor_mode(shim: Shim, compute_stops: bool = False) -> None:
     from torch.overrides import TorchFunctionMode
 
-    tensor_to, tensor_cuda, tensor_pin = torch.Tensor.to, torch.Tensor.cuda, torch.Tensor.pin_memory
-    parse_to = torch._C._nn._parse_to  # Module.to(device) asks it through the mode
+    tensors = _CudaTensors(cuda_origin.Origins() if compute_stops else None)
+    shim.origins = tensors.origins
 
     class CudaToCpu(TorchFunctionMode):
-        """Puts tensors asked for on a CUDA device on the CPU."""
+        """Puts tensors asked for on a CUDA device on the CPU; with ``compute_stops``, marks
+        them (:mod:`.cuda_origin`) and stops compute on them."""
 
         def __torch_function__(self, func, types, args=(), kwargs=None):
-            kwargs = dict(kwargs or {})
-            if func is tensor_cuda or func is tensor_pin:
-                return args[0]
-            if "device" in kwargs and _device_index(kwargs["device"], 0) is not None:
-                kwargs["device"] = "cpu"
-            if kwargs.get("pin_memory"):
-                kwargs["pin_memory"] = False
-            if func is tensor_to or func is parse_to:
-                first = 1 if func is tensor_to else 0  # Tensor.to's self is not a device
-                args = tuple("cpu" if i >= first and _device_index(a, 0) is not None else a
-                             for i, a in enumerate(args))
-            return func(*args, **kwargs)
+            return tensors.call(func, tuple(args), dict(kwargs or {}))
 
     mode = CudaToCpu()
     mode.__enter__()
     shim._undo.append(lambda: mode.__exit__(None, None, None))
+
+
+class _CudaTensors:
+    """What the tensor mode does with one torch call: CUDA devices become ``cpu``; with
+    ``origins`` (capture), the results are marked and compute on marked tensors stops."""
+
+    def __init__(self, origins: cuda_origin.Origins | None):
+        import torch
+
+        self.origins = origins
+        self.to, self.cuda, self.cpu = torch.Tensor.to, torch.Tensor.cuda, torch.Tensor.cpu
+        self.pin = torch.Tensor.pin_memory
+        self.parse_to = torch._C._nn._parse_to  # Module.to(device) asks it through the mode
+
+    def call(self, func: Any, args: tuple, kwargs: dict[str, Any]) -> Any:
+        if func is self.pin or (func is self.cuda and self.origins is None):
+            return args[0]
+        if kwargs.get("pin_memory"):
+            kwargs["pin_memory"] = False
+        args, asked = self.map_devices(func, args, kwargs)
+        if self.origins is None:
+            return func(*args, **kwargs)
+        return self.tracked(func, args, kwargs, asked)
+
+    def map_devices(self, func: Any, args: tuple, kwargs: dict[str, Any]) -> tuple[tuple, bool]:
+        """``args`` with CUDA devices as ``cpu`` (``kwargs`` changed in place), and whether
+        the call asked for a CUDA device. With ``origins``, ``Module.to``'s parse keeps the
+        CUDA device, so that each tensor's own ``Tensor.to`` is seen (and marked) here."""
+        if func is self.parse_to and self.origins is not None:
+            return args, False
+        asked = "device" in kwargs and _device_index(kwargs["device"], 0) is not None
+        if asked:
+            kwargs["device"] = "cpu"
+        if func is self.to or func is self.parse_to:
+            first = 1 if func is self.to else 0  # Tensor.to's self is not a device
+            new = tuple("cpu" if i >= first and _device_index(a, 0) is not None else a
+                        for i, a in enumerate(args))
+            return new, asked or new != args
+        return args, asked
+
+    def tracked(self, func: Any, args: tuple, kwargs: dict[str, Any], asked: bool) -> Any:
+        origins = self.origins
+        assert origins is not None
+        if func is self.cuda or (func is self.to and (
+                asked or any(origins.marked(a) for a in args[1:]))):
+            return self.to_cuda(func, args, kwargs)
+        if not origins.any_marked((args, kwargs)):
+            out = func(*args, **kwargs)
+            if asked:
+                origins.mark(out)
+            return out
+        if func is self.cpu or (func is self.to and _names_cpu(args, kwargs)):
+            out = func(*args, **kwargs)  # back to the host: a copy, not marked
+            return out.clone() if _same_storage(out, args[0]) else out
+        name = cuda_origin.op_name(func)
+        if not (asked or cuda_origin.is_movement(name)
+                or cuda_origin.caller_is_movement(func, _HERE)):
+            raise NeedsGPU(f"{name} on a CUDA tensor", user_site(), why=cuda_origin.WHY)
+        out = func(*args, **kwargs)
+        if not (name.endswith("_") and not name.endswith("__")):  # in place: self keeps its mark
+            origins.mark(out)
+        return out
+
+    def to_cuda(self, func: Any, args: tuple, kwargs: dict[str, Any]) -> Any:
+        """``Tensor.cuda()`` / ``.to(cuda)``: a marked copy unless the tensor is marked
+        already (then itself, or its cast), as on a GPU."""
+        assert self.origins is not None
+        src = args[0]
+        if func is self.cuda:
+            out = src if self.origins.marked(src) else src.clone()
+        else:
+            out = func(*args, **kwargs)
+            if not self.origins.marked(src) and (out is src or _same_storage(out, src)):
+                out = out.clone()
+        self.origins.mark(out)
+        return out
+
+
+def _same_storage(a: Any, b: Any) -> bool:
+    import torch
+
+    if not (isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor)):
+        return False
+    try:
+        return bool(a.untyped_storage()._cdata == b.untyped_storage()._cdata)
+    except (RuntimeError, NotImplementedError, TypeError):
+        return False
+
+
+def _names_cpu(args: tuple, kwargs: dict) -> bool:
+    """Whether ``Tensor.to(*args, **kwargs)`` names the CPU explicitly."""
+    for value in (*args[1:], kwargs.get("device")):
+        if value is not None and (str(value) == "cpu" or getattr(value, "type", None) == "cpu"):
+            return True
+    return False

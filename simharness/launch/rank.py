@@ -49,6 +49,8 @@ class RankArgs:
     script: str | None
     args: tuple[str, ...]
     lazy_gloo: bool = True
+    #: capture: compute on a CUDA tensor stops the rank (``gpu_shim.install(compute_stops=)``)
+    compute_stops: bool = False
 
     def __repr__(self) -> str:
         return (f"RankArgs(shim={self.shim}, module={self.module!r}, script={self.script!r}, "
@@ -83,7 +85,8 @@ def prepare(rank_args: RankArgs) -> RankEnv:
     if rank_args.shim:
         from . import gpu_shim  # imports torch
 
-        gpu_shim.install(env.local_rank, env.local_world_size, lazy_gloo=rank_args.lazy_gloo)
+        gpu_shim.install(env.local_rank, env.local_world_size, lazy_gloo=rank_args.lazy_gloo,
+                         compute_stops=rank_args.compute_stops)
     return env
 
 

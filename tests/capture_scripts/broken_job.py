@@ -1,4 +1,5 @@
-"""Rank 1 cannot import a module (triton missing on that node); rank 3 hangs.
+"""Rank 1 cannot import a module (triton missing on that node); rank 3 hangs; a rank needs
+a GPU (a stream, or compute on a CUDA tensor) - as BROKEN says.
 
 With ATEXIT_DIR set, each rank's atexit handler leaves a file there (the capture rank ends
 without the interpreter's teardown, but after the atexit handlers).
@@ -32,4 +33,7 @@ if os.environ.get("BROKEN") == "cuda":
     import torch
 
     x = torch.ones(4, device="cuda")  # data on "cuda": the shim puts it on CPU
+    dist.all_reduce(x)  # data movement
+    if rank == 0:
+        y = x * 2  # compute on a CUDA tensor: needs a real GPU
     stream = torch.cuda.Stream()  # needs a real GPU

@@ -1,6 +1,7 @@
 """What a real torchrun job sees and a one-interpreter capture did not (issue 14).
 
-Every rank: a GPU-style init (NCCL, set_device, device_id=), the rank read at import
+Every rank: a GPU-style init (NCCL, set_device, device_id=), CUDA tensors created, moved
+and communicated (no compute on them), the rank read at import
 time by a module, real object collectives building node groups, groups created while
 iterating a set of strings (hash order differs per process), new_subgroups, split_group
 and a "cuda" DeviceMesh.
@@ -34,7 +35,16 @@ node_ranks = [None, None]
 dist.all_gather_object(node_ranks, rank, group=mine)
 box = [{"from": rank}] if rank == 0 else [None]
 dist.broadcast_object_list(box, src=0)
-SUMMARY = {"rank_at_import": rank_at_import.RANK_AT_IMPORT, "sum": total.item(),
+# CUDA tensors only created, moved, copied and communicated: data movement, captured cleanly
+on_gpu = torch.full((2,), float(rank), device="cuda")
+dist.all_reduce(on_gpu)
+dist.broadcast(on_gpu[:1], src=1)
+gathered = [torch.empty(2, device=f"cuda:{local}") for _ in range(world)]
+dist.all_gather(gathered, torch.tensor([rank, rank]).cuda().float())
+weights = torch.nn.Linear(2, 2).to("cuda")
+moved = (torch.cat(gathered).view(world, 2)[:, 0].cpu() + 0.5).tolist()  # compute on CPU
+SUMMARY = {"cuda_moved": [on_gpu.tolist(), moved, str(weights.weight.dtype)],
+           "rank_at_import": rank_at_import.RANK_AT_IMPORT, "sum": total.item(),
            "hosts": hosts, "box": box[0], "node_sum": node_sum.item(), "node_ranks": node_ranks,
            "node_backend": dist.get_backend(mine)}
 
