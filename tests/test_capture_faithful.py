@@ -164,7 +164,10 @@ def test_sigterm_saves_the_partial_capture_and_leaves_nothing(tmp_path):
     assert saved.records[1].status == "stopped" and saved.calls(1)  # what it had recorded
     assert not list(tmp_path.glob("simharness-*")), "temporary files left behind"
     time.sleep(0.5)
-    left = [p for p in os.listdir("/proc") if p.isdigit() and _cmdline_has(p, "broken_job.py")]
+    # this run's ranks only (their environment names this test's TMPDIR): other tests may run
+    # broken_job.py at the same time under xdist
+    left = [p for p in os.listdir("/proc") if p.isdigit() and _cmdline_has(p, "broken_job.py")
+            and _environ_has(p, f"TMPDIR={tmp_path}")]
     assert not left, f"rank processes left running: {left}"
 
 
@@ -222,6 +225,14 @@ def _cmdline_has(pid, text):
     try:
         with open(f"/proc/{pid}/cmdline", "rb") as fh:
             return text.encode() in fh.read()
+    except OSError:
+        return False
+
+
+def _environ_has(pid, entry):
+    try:
+        with open(f"/proc/{pid}/environ", "rb") as fh:
+            return entry.encode() in fh.read().split(b"\0")
     except OSError:
         return False
 

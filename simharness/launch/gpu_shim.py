@@ -478,23 +478,77 @@ def _patch_ddp(shim: Shim) -> None:
     _set(shim, DDP, "__init__", __init__)
 
 
+FSDP_INIT = "torch.distributed.fsdp._fully_shard._fsdp_init"
+
+
 def _patch_fsdp(shim: Shim) -> None:
     """FSDP2's ``fully_shard`` on a ``"cuda"`` DeviceMesh takes ``cuda:<current>`` as its
     device (``_get_device_from_mesh``, torch/distributed/fsdp/_fully_shard/_fsdp_init.py:219)
     and asserts each parameter is there (``_fsdp_param.py:246``); the shim's tensors are on
-    CPU, so the device it gets is ``cpu`` (FSDP's CPU path: gloo collectives, no streams)."""
-    import torch
-    from torch.distributed.fsdp._fully_shard import _fsdp_init
+    CPU, so the device it gets is ``cpu`` (FSDP's CPU path: gloo collectives, no streams).
 
-    original = _fsdp_init._get_device_from_mesh
+    FSDP is not imported for this (0.5 CPU-s per rank): the patch is made when the script
+    imports it (:func:`_when_imported`), or now if it already has."""
 
-    def device_from_mesh(mesh: Any) -> Any:
-        if _device_index(getattr(mesh, "device_type", None), 0) is not None:
-            shim.ignored.append(Ignored("fully_shard", "device cuda (runs on cpu)", user_site()))
-            return torch.device("cpu")
-        return original(mesh)
+    def patch(module: Any) -> None:
+        import torch
 
-    _replace_everywhere(shim, "torch.distributed", original, device_from_mesh)
+        original = module._get_device_from_mesh
+
+        def device_from_mesh(mesh: Any) -> Any:
+            if _device_index(getattr(mesh, "device_type", None), 0) is not None:
+                shim.ignored.append(Ignored("fully_shard", "device cuda (runs on cpu)",
+                                            user_site()))
+                return torch.device("cpu")
+            return original(mesh)
+
+        _replace_everywhere(shim, "torch.distributed", original, device_from_mesh)
+
+    _when_imported(shim, FSDP_INIT, patch)
+
+
+def _when_imported(shim: Shim, name: str, patch: Callable[[Any], None]) -> None:
+    """Call ``patch(module)`` once module ``name`` is imported: now if it is loaded, else
+    right after its code runs (a finder on ``sys.meta_path``, removed by the shim's undo).
+    Modules importing names from it bind them after that, so they see the patch."""
+    if name in sys.modules:
+        patch(sys.modules[name])
+        return
+    import importlib.abc
+
+    class Patching(importlib.abc.Loader):
+        def __init__(self, loader: Any):
+            self.loader = loader
+
+        def create_module(self, spec: Any) -> Any:
+            return self.loader.create_module(spec)
+
+        def exec_module(self, module: Any) -> None:
+            self.loader.exec_module(module)
+            patch(module)
+
+    class Finder(importlib.abc.MetaPathFinder):
+        def find_spec(self, fullname: str, path: Any, target: Any = None) -> Any:
+            if fullname != name:
+                return None
+            for finder in sys.meta_path:
+                if finder is self or not hasattr(finder, "find_spec"):
+                    continue
+                spec = finder.find_spec(fullname, path, target)
+                if spec is not None:
+                    if spec.loader is not None:
+                        spec.loader = Patching(spec.loader)
+                    return spec
+            return None
+
+    finder = Finder()
+    sys.meta_path.insert(0, finder)
+
+    def undo() -> None:
+        if finder in sys.meta_path:
+            sys.meta_path.remove(finder)
+
+    shim._undo.append(undo)
 
 
 def _enter_tensor_mode(shim: Shim, compute_stops: bool = False) -> None:
