@@ -262,8 +262,8 @@ def install(local_rank: int, local_world_size: int, *, lazy_gloo: bool = True) -
                 shim._undo.append(lambda: _unset_env("TORCH_GLOO_LAZY_INIT"))
             _patch_cuda(shim)
             _patch_dist(shim)
-            _patch_ddp(shim)
             _patch_profiler(shim)
+            _patch_ddp(shim)
             _enter_tensor_mode(shim)
         except BaseException:
             while shim._undo:
@@ -447,30 +447,6 @@ def _nccl_stand_in() -> type:
     return ProcessGroupNCCL
 
 
-def _patch_ddp(shim: Shim) -> None:
-    """``DistributedDataParallel``: ``device_ids`` / ``output_device`` name the rank's GPU, but
-    the shim put the module on CPU, where torch refuses them; drop them there."""
-    from torch.nn.parallel import DistributedDataParallel as DDP
-
-    original = DDP.__init__
-    signature = inspect.signature(original)
-
-    def __init__(*args: Any, **kwargs: Any) -> None:  # noqa: N807  (DDP's own)
-        bound = signature.bind(*args, **kwargs)
-        module = bound.arguments.get("module")
-        named = {k: bound.arguments.get(k) for k in ("device_ids", "output_device")}
-        named = {k: v for k, v in named.items() if v is not None}
-        params = list(module.parameters()) if module is not None else []
-        if named and params and all(p.device.type == "cpu" for p in params):
-            for key, value in named.items():
-                bound.arguments[key] = None
-                shim.ignored.append(Ignored("DistributedDataParallel", f"{key}={value!r}",
-                                            user_site()))
-        original(*bound.args, **bound.kwargs)
-
-    _set(shim, DDP, "__init__", __init__)
-
-
 def _patch_profiler(shim: Shim) -> None:
     """``torch.profiler`` / ``torch.autograd.profiler`` with CUDA activity: there is no CUDA
     to time. Without the shim torch drops the activity (``torch.cuda.is_available()`` is
@@ -494,6 +470,30 @@ def _patch_profiler(shim: Shim) -> None:
                                         user_site()))
 
     _set(shim, cls, "__init__", __init__)
+
+
+def _patch_ddp(shim: Shim) -> None:
+    """``DistributedDataParallel``: ``device_ids`` / ``output_device`` name the rank's GPU, but
+    the shim put the module on CPU, where torch refuses them; drop them there."""
+    from torch.nn.parallel import DistributedDataParallel as DDP
+
+    original = DDP.__init__
+    signature = inspect.signature(original)
+
+    def __init__(*args: Any, **kwargs: Any) -> None:  # noqa: N807  (DDP's own)
+        bound = signature.bind(*args, **kwargs)
+        module = bound.arguments.get("module")
+        named = {k: bound.arguments.get(k) for k in ("device_ids", "output_device")}
+        named = {k: v for k, v in named.items() if v is not None}
+        params = list(module.parameters()) if module is not None else []
+        if named and params and all(p.device.type == "cpu" for p in params):
+            for key, value in named.items():
+                bound.arguments[key] = None
+                shim.ignored.append(Ignored("DistributedDataParallel", f"{key}={value!r}",
+                                            user_site()))
+        original(*bound.args, **bound.kwargs)
+
+    _set(shim, DDP, "__init__", __init__)
 
 
 def _enter_tensor_mode(shim: Shim) -> None:
