@@ -103,6 +103,7 @@ import torch
 from simharness.errors import NeedsGPU
 from simharness.launch import gpu_shim
 from simharness.launch.gpu_shim import ShimError
+profile_init = torch.autograd.profiler.profile.__init__
 s = gpu_shim.install(1, 3)
 out = [torch.cuda.is_available(), torch.cuda.device_count(), torch.cuda.current_device()]
 torch.cuda.set_device("cuda:2"); out.append(torch.cuda.current_device())
@@ -134,12 +135,19 @@ ddp(torch.ones(1, 2, device="cuda")).sum().backward()
 out.append([str(ddp.module.weight.grad.device),
             sorted(i.detail for i in s.ignored if i.call == "DistributedDataParallel")])
 dist.destroy_process_group()
+acts = [torch.profiler.ProfilerActivity.CPU, torch.profiler.ProfilerActivity.CUDA]
+with torch.profiler.profile(activities=acts) as prof:
+    torch.ones(2).add(1)
+out.append([prof.profiler.use_device, str(prof.profiler.profiler_kind),
+            "aten::add" in {e.name for e in prof.events()},
+            [i.detail for i in s.ignored if i.call == "torch.profiler"]])
 try:
     gpu_shim.install(0, 3)
 except ShimError as e:
     out.append("twice")
 s.uninstall()
-out += [torch.cuda.is_available(), torch.cuda.device_count(), gpu_shim.active() is None]
+out += [torch.cuda.is_available(), torch.cuda.device_count(), gpu_shim.active() is None,
+        torch.autograd.profiler.profile.__init__ is profile_init]
 try:
     torch.ones(1, device="cuda")
     out.append("cuda tensor after uninstall")
@@ -158,7 +166,10 @@ def test_shim_in_process_maps_refuses_and_uninstalls():
                    ["torch.cuda.Stream", "<string>"], ["torch.cuda.current_stream", "<string>"],
                    ["torch.cuda.get_rng_state", "<string>"],
                    ["cpu", ["device_ids=[1]", "output_device=1"]],
-                   "twice", False, 0, True, "restored"]
+                   [None, "ProfilerState.KINETO", True, ["CUDA activity (CPU events only)"]],
+                   "twice", False, 0, True, True, "restored"]
+    # without the drop, a CPU build times CUDA events on every op and fails each time
+    assert "Failed to record CUDA event" not in out.stderr, out.stderr
 
 
 # With compute_stops (what capture installs): CUDA tensors may be created, moved, copied and

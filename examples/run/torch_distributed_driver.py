@@ -16,6 +16,12 @@ more:
   rendezvous store under a key prefix of its own, so no test sees another's keys or a
   group another test broke), the file barrier reset, a barrier before and after the body,
   and the default group destroyed at the end;
+- per test, the distributed debug level a fresh process would have: torch's
+  ``with_dist_debug_levels`` (``common_distributed.py:465``) sets ``TORCH_DISTRIBUTED_DEBUG``
+  and the C++ level for each level it loops over and never puts the C++ level back, so in a
+  long-lived rank every later test would run at the decorator's last level (mostly
+  ``DETAIL``, under which torch 2.13.0 itself crashes some DDP tests with SIGSEGV; see the
+  README);
 - a test that ends its process with one of ``TEST_SKIPS``' exit codes (torch's
   ``skip_if_lt_x_gpu`` and friends call ``sys.exit``) is a skip with that message, as
   ``MultiProcessTestCase`` reports it; any other ``sys.exit`` is a failure.
@@ -47,6 +53,16 @@ from torch.testing._internal.common_utils import TestCase  # noqa: E402
 from torch.testing._internal.distributed import distributed_test as _dt  # noqa: E402
 
 _SKIP_BY_CODE = {skip.exit_code: skip.message for skip in TEST_SKIPS.values()}
+_DEBUG_ENV = os.environ.get("TORCH_DISTRIBUTED_DEBUG")  # the level a fresh process starts at
+
+
+def _reset_debug_level() -> None:
+    """``TORCH_DISTRIBUTED_DEBUG`` and torch's C++ debug level as this process started."""
+    if _DEBUG_ENV is None:
+        os.environ.pop("TORCH_DISTRIBUTED_DEBUG", None)
+    else:
+        os.environ["TORCH_DISTRIBUTED_DEBUG"] = _DEBUG_ENV
+    dist.set_debug_level_from_env()
 
 
 _STORE: list = []  # one client of the ranks' rendezvous store, made on first use
@@ -91,6 +107,7 @@ class TestDistBackendOnRanks(TestCase, _dt.DistributedTest._DistTestBase):
 
     def setUp(self) -> None:
         super().setUp()
+        _reset_debug_level()
         _new_default_group(self._testMethodName)
         # TestDistBackend.setUp's Barrier.init(), with the ranks in step: every rank
         # starts from barrier id 0 and an empty barrier directory

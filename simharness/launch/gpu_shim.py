@@ -52,6 +52,9 @@ tensors on ``cuda``/``cuda:N``/int device        land on CPU: ``device=`` of any
 ``DistributedDataParallel(device_ids=,``         dropped when the module's parameters are all
 ``output_device=)``                              on CPU (they are: see above), listed as
                                                  ignored; DDP then runs as on CPU
+``torch.profiler.profile(activities=[..CUDA])``  the CUDA activity dropped (as torch does
+(and ``torch.autograd.profiler.profile``)        without CUDA): CPU events only, listed as
+                                                 ignored
 ``TORCH_GLOO_LAZY_INIT=1``                       set unless already set: gloo connects on the
                                                  first collective, as NCCL does
 ===============================================  ==============================================
@@ -268,6 +271,7 @@ def install(local_rank: int, local_world_size: int, *, lazy_gloo: bool = True,
                 shim._undo.append(lambda: _unset_env("TORCH_GLOO_LAZY_INIT"))
             _patch_cuda(shim)
             _patch_dist(shim)
+            _patch_profiler(shim)
             _patch_ddp(shim)
             if compute_stops:
                 _patch_fsdp(shim)
@@ -452,6 +456,31 @@ def _nccl_stand_in() -> type:
                 return f"ProcessGroupNCCL.Options({fields})"
 
     return ProcessGroupNCCL
+
+
+def _patch_profiler(shim: Shim) -> None:
+    """``torch.profiler`` / ``torch.autograd.profiler`` with CUDA activity: there is no CUDA
+    to time. Without the shim torch drops the activity (``torch.cuda.is_available()`` is
+    False, ``torch/autograd/profiler.py:295``); with it, a CPU build falls back to legacy CUDA
+    event timing (``KINETO_GPU_FALLBACK``, ``profiler.py:316``), which fails on every op
+    ("Failed to record CUDA event", with a C++ backtrace: about a second per DDP step). Drop
+    the activity here too, so the profile holds the CPU events, as on a CPU machine."""
+    from torch.autograd import profiler as autograd_profiler
+
+    cls = autograd_profiler.profile
+    original = cls.__init__
+
+    def __init__(self: Any, *args: Any, **kwargs: Any) -> None:  # noqa: N807  (the class's)
+        original(self, *args, **kwargs)
+        if getattr(self, "use_device", None) == "cuda":
+            self.use_device = None
+            self.use_cuda = False
+            if self.profiler_kind == autograd_profiler.ProfilerState.KINETO_GPU_FALLBACK:
+                self.profiler_kind = autograd_profiler.ProfilerState.KINETO
+            shim.ignored.append(Ignored("torch.profiler", "CUDA activity (CPU events only)",
+                                        user_site()))
+
+    _set(shim, cls, "__init__", __init__)
 
 
 def _patch_ddp(shim: Shim) -> None:
