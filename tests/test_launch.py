@@ -36,17 +36,26 @@ def child_env() -> dict[str, str]:
 def launch_in_child(target: list[str], nproc: int, shim: bool = True, **kw) -> tuple[dict, str]:
     """Run launch() in a child Python; returns (result as a dict, the ranks' output)."""
     code = textwrap.dedent(f"""
-        import json
+        import json, os, signal
         from simharness.launch.launcher import LaunchSpec, launch
+        sigs = [signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGQUIT]
+        env0, handlers0 = dict(os.environ), [signal.getsignal(s) for s in sigs]
         r = launch(LaunchSpec({tuple(target)!r}, nproc_per_node={nproc}, shim={shim}, **{kw!r}))
+        env1, handlers1 = dict(os.environ), [signal.getsignal(s) for s in sigs]
+        leaks = sorted(k for k in env0.keys() | env1.keys() if env0.get(k) != env1.get(k))
+        leaks += [s.name for s, a, b in zip(sigs, handlers0, handlers1) if a != b]
         print("LAUNCH " + json.dumps({{"ranks": [[x.rank, x.exitcode] for x in r.ranks],
-                                       "signal": r.signal, "exit": r.exit_code}}), flush=True)
+                                       "signal": r.signal, "exit": r.exit_code,
+                                       "leaks": leaks}}), flush=True)
     """)
     out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=child_env(),
                          capture_output=True, text=True, timeout=TIMEOUT)
     lines = [ln for ln in out.stdout.splitlines() if ln.startswith("LAUNCH ")]
     assert out.returncode == 0 and lines, out.stdout + out.stderr
-    return json.loads(lines[0][len("LAUNCH "):]), out.stdout + out.stderr
+    res = json.loads(lines[0][len("LAUNCH "):])
+    # launch() is a library call: the caller's environment and signal handlers are as before
+    assert res.pop("leaks") == [], "launch() changed the calling process"
+    return res, out.stdout + out.stderr
 
 
 # -- env ------------------------------------------------------------------------------------

@@ -36,7 +36,7 @@ import socket
 import sys
 import tempfile
 import uuid
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 
 from ..errors import SimharnessError, whole_number_problem
@@ -147,19 +147,41 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
+# What torch's agent changes in the calling process and never puts back: it sets
+# TORCHELASTIC_SIGNALS_TO_HANDLE in os.environ (torch/distributed/launcher/api.py:307, 2.13.0)
+# and installs a handler for each signal that variable names (elastic/multiprocessing/api.py:
+# 534-548, default SIGTERM,SIGINT,SIGHUP,SIGQUIT).
+AGENT_SIGNALS = ("SIGTERM", "SIGINT", "SIGHUP", "SIGQUIT")
+
+
 @contextlib.contextmanager
 def _patched_environ(values: Mapping[str, str]) -> Iterator[None]:
-    """Set ``values`` in os.environ (the agent hands it to every rank), then restore."""
-    old = {k: os.environ.get(k) for k in values}
+    """Set ``values`` in os.environ (the agent hands it to every rank); afterwards the
+    environment is exactly what it was, including what torch's agent set in between."""
+    saved = dict(os.environ)
     os.environ.update(values)
     try:
         yield
     finally:
-        for k, v in old.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
+        if dict(os.environ) != saved:
+            os.environ.clear()
+            os.environ.update(saved)
+
+
+@contextlib.contextmanager
+def _signal_handlers_kept(names: Iterable[str] = AGENT_SIGNALS) -> Iterator[None]:
+    """Put back the Python-level handler of each signal in ``names`` on the way out (main
+    thread only; elsewhere torch installs none and nothing is done)."""
+    sigs = [getattr(signal, n) for n in names if hasattr(signal, n)]
+    old = {s: signal.getsignal(s) for s in sigs}
+    try:
+        yield
+    finally:
+        for sig, handler in old.items():
+            if handler is None:  # set outside Python: cannot be put back from here
+                continue
+            with contextlib.suppress(ValueError, TypeError):  # not the main thread
+                signal.signal(sig, handler)
 
 
 @contextlib.contextmanager
@@ -207,9 +229,8 @@ def launch(spec: LaunchSpec) -> LaunchResult:
     if spec.nproc_per_node > 1 and "OMP_NUM_THREADS" not in os.environ:
         env.setdefault("OMP_NUM_THREADS", "1")  # as torchrun does (torch/distributed/run.py:872)
     command = spec.rank_command()
-    old_handlers = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)}
     try:
-        with _patched_environ(env), _quiet_torch_elastic():
+        with _signal_handlers_kept(), _patched_environ(env), _quiet_torch_elastic():
             try:
                 values = launch_agent(config, command[0], list(command[1:]))
                 ranks = tuple(RankExit(r, 0) for r in sorted(values))
@@ -219,9 +240,6 @@ def launch(spec: LaunchSpec) -> LaunchResult:
             except SignalException as exc:
                 return LaunchResult((), int(exc.sigval), spec.log_dir)
     finally:
-        for sig, handler in old_handlers.items():
-            with contextlib.suppress(ValueError, TypeError):  # not the main thread
-                signal.signal(sig, handler)
         for folder in (tmp, slots):
             if folder:
                 shutil.rmtree(folder, ignore_errors=True)
