@@ -396,6 +396,14 @@ def test_bad_scripts_one_error_line_and_partial_capture(tmp_path, script):
         assert [r for r in saved.ok_ranks if r < rank] == list(range(rank))
 
 
+def test_a_misspelt_option_is_named_not_taken_for_the_command():
+    res = CliRunner().invoke(simharness_cli(), ["capture", "-n", "2", "--tpp", "2", "--",
+                                                "python", str(EXAMPLES / "megatron_init.py")])
+    assert res.exit_code == 2
+    assert res.output.strip().splitlines() == [
+        "error: no such option '--tpp'; did you mean '--tp'? (see 'simharness capture --help')"]
+
+
 def test_command_errors():
     from simharness.capture.inprocess import program_from_command
 

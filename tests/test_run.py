@@ -127,6 +127,8 @@ def test_collection_hang_names_the_rank_that_never_collected():
     (["-n", "3", "--nproc-per-node", "2", "--", "pytest", CASES], "must equal --nproc-per-node 2"),
     (["-n", "4", "--nnodes", "2", "--", "pytest", CASES], "needs --rdzv-endpoint"),
     (["-n", "8", "--mem-per-rank", "100000000", "--", "pytest", CASES], "that does not fit"),
+    (["-n", "2", "--junit", "x.xml", "--", "pytest", CASES],
+     "no such option '--junit'; did you mean '--junit-xml'?"),
 ])
 def test_bad_input_is_one_error_line(args, message):
     out = simharness("run", *args, timeout=60)

@@ -15,6 +15,7 @@ from .common import (
     config_flags_given,
     config_options,
     fail,
+    refuse_option_as_command,
 )
 
 DEFAULT_OUT = "simharness-capture.json"
@@ -211,6 +212,7 @@ def register(main):
             world = fields.get("world_size")
             if world is None:
                 fail("give the world size: -n WORLD (or --nodes/--gpus-per-node, or --config).")
+            refuse_option_as_command(command)
             target = parse_command(command)
             _check_getter_modules(specs, target)
             if fast:

@@ -239,6 +239,18 @@ def _no_such_option(exc: click.NoSuchOption) -> str:
     return message + (f"; did you mean '{close[0]}'?" if close else ".")
 
 
+def refuse_option_as_command(command: tuple[str, ...]) -> None:
+    """Under ``ignore_unknown_options`` a misspelt option becomes the command's first word
+    (``simharness run --junit x.xml -- pytest t.py``); report it as click reports an
+    unknown option, with the close spelling, not as a bad command."""
+    if not command or not command[0].startswith("-") or command[0] == "-":
+        return
+    ctx = click.get_current_context()
+    opts = [o for p in ctx.command.params
+            for o in (*getattr(p, "opts", ()), *getattr(p, "secondary_opts", ()))]
+    raise click.NoSuchOption(command[0].partition("=")[0], possibilities=opts, ctx=ctx)
+
+
 def _error(message: str, code: int) -> NoReturn:
     try:
         sys.stdout.flush()

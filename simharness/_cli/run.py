@@ -14,7 +14,7 @@ import time
 import click
 
 from . import output as out
-from .common import fail
+from .common import fail, refuse_option_as_command
 
 # pytest options that take a value (so the next word is not a test path).
 _VALUE_OPTIONS = frozenset({
@@ -186,6 +186,7 @@ def register(main):
               --results-dir /shared/run -- pytest tests/test_x.py      # on each node
         """
         nproc, nnodes = _sizes(world, nproc, nnodes)
+        refuse_option_as_command(command)
         kind, words = parse_command(command)
         if kind == "pytest":
             check_pytest_args(words)
