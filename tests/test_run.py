@@ -20,6 +20,7 @@ from simharness.runtests.verdicts import exit_code, junit_xml, not_started, verd
 ROOT = Path(__file__).resolve().parent.parent
 CASES = "examples/run/dist_cases.py"
 DIVERGE = "examples/run/diverge_cases.py"
+INTERRUPT = "examples/run/interrupt_cases.py"
 TIMEOUT = 240
 
 
@@ -175,6 +176,57 @@ def test_arguments_that_select_nothing_exit_5():
     assert [ln for ln in out.stderr.splitlines() if ln.startswith("error:")] == [
         "error: the pytest arguments select no tests (pytest's exit status 5): -p no:randomly "
         f"-k no_such_test_name {CASES}"]
+
+
+@pytest.mark.launch
+def test_ctrl_c_keeps_the_verdicts_so_far_and_gives_none_to_the_test_it_stopped(tmp_path):
+    """Ctrl-C inside a test: the tests before it keep their verdicts (JUnit too), the test
+    it stopped gets none (it was once reported PASSED: the ranks' hook took the
+    KeyboardInterrupt for the end of the test), exit 2 as pytest's, no rank left."""
+    import signal
+    import time
+
+    junit = tmp_path / "out.xml"
+    env = dict(os.environ, SIMHARNESS_EXAMPLE_MARKS=str(tmp_path))
+    env["PYTHONPATH"] = str(ROOT) + os.pathsep + env.get("PYTHONPATH", "")
+    p = subprocess.Popen([sys.executable, "cli.py", "run", "-n", "2", "--junit-xml", str(junit),
+                          "--", "pytest", "-p", "no:randomly", "-k", "quick or slow", INTERRUPT],
+                         cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                         text=True)
+    marks = [tmp_path / f"rank{r}.pid" for r in range(2)]
+    try:
+        deadline = time.monotonic() + TIMEOUT
+        while not all(m.exists() and m.read_text() for m in marks):
+            assert p.poll() is None and time.monotonic() < deadline, "test_slow never started"
+            time.sleep(0.1)
+        p.send_signal(signal.SIGINT)
+        out, err = p.communicate(timeout=60)
+    finally:
+        if p.poll() is None:
+            p.kill()
+            p.communicate()
+    assert p.returncode == 2, out + err
+    assert re.findall(r"^(\w+)\s+[\d.]+s\s+\S+::(\w+)", out, re.M) == [
+        ("PASSED", "test_quick")], out
+    assert ("interrupted by signal 2 inside examples/run/interrupt_cases.py::test_slow "
+            "(ranks 0-1; no verdict for it); the results so far are above and in "
+            f"{junit}") in err, err
+    assert ET.parse(junit).getroot().get("tests") == "1"
+    for m in marks:
+        with pytest.raises(ProcessLookupError):
+            os.kill(int(m.read_text()), 0)
+
+
+@pytest.mark.launch
+def test_pytest_exit_inside_a_test_on_one_rank_fails_it_and_ends_the_run():
+    out = simharness("run", "-n", "2", "--", "pytest", "-p", "no:randomly", "-k",
+                     "exit", INTERRUPT)
+    assert out.returncode == 1, out.stdout + out.stderr
+    assert re.findall(r"^(\w+)\s+[\d.]+s\s+\S+::(\w+)", out.stdout, re.M) == [
+        ("FAILED", "test_exit_on_rank_1")], out.stdout
+    assert ("rank 1: its pytest session was stopped inside this test (pytest.exit: rank 1 "
+            "stops here)") in out.stdout
+    assert "(1 tests after it not run, as with -x)" in out.stdout
 
 
 @pytest.mark.launch

@@ -258,6 +258,7 @@ def _run_pytest(args, nproc, nnodes, rdzv_endpoint, run_id, timeout, limits, jun
 
     interrupted = None
     not_run = 0
+    stopped_in: dict[str, tuple[int, ...]] = {}
     old_term = signal.getsignal(signal.SIGTERM)
 
     def on_term(signum, frame):  # outside a launch (between rounds): stop like Ctrl-C
@@ -268,6 +269,7 @@ def _run_pytest(args, nproc, nnodes, rdzv_endpoint, run_id, timeout, limits, jun
         report = run_pytest(spec, on_verdict, on_round)
         interrupted = report.interrupted
         rounds, peaks, not_run = report.rounds, report.peak_rss_kib, report.not_run
+        stopped_in = report.stopped_in
         if report.shim_ignored:
             out.echo("simharness shim (rank 0): ignored GPU-only options, not run on CPU: "
                      + "; ".join(report.shim_ignored), err=True)
@@ -301,6 +303,8 @@ def _run_pytest(args, nproc, nnodes, rdzv_endpoint, run_id, timeout, limits, jun
         with open(junit, "w", encoding="utf-8") as fh:
             fh.write(junit_xml(seen, wall_s=wall, world=nproc * nnodes))
     if interrupted is not None:
-        out.echo(f"interrupted by signal {int(interrupted)}; the results so far are above"
-                 + (f" and in {junit}" if junit else ""), err=True)
+        during = "".join(f" inside {n} (ranks {_span(r)}; no verdict for it)"
+                         for n, r in stopped_in.items())
+        out.echo(f"interrupted by signal {int(interrupted)}{during}; the results so far are "
+                 f"above" + (f" and in {junit}" if junit else ""), err=True)
     return exit_code(seen, interrupted=interrupted is not None)

@@ -11,7 +11,9 @@ Each rank runs pytest in its own interpreter (torch and the test modules importe
 - turns :class:`simharness.errors.NeedsGPU` into a skip ``needs GPU: ...``;
 - after each test, destroys the process groups the test created (gloo groups left alive
   pile up threads and sockets; Megatron's teardown drops them without destroying);
-- appends one JSON record per test to ``<dir>/rank<R>.jsonl``;
+- appends one JSON record per test to ``<dir>/rank<R>.jsonl``; a test that Ctrl-C (the
+  agent forwards SIGINT) or ``pytest.exit`` stops part-way gets an ``interrupted`` record
+  instead, never a ``test`` one (pytest makes no call report for it);
 - arms a watchdog per test: past ``SIMHARNESS_RUN_TIMEOUT`` seconds it writes the main
   thread's stack as a ``hang`` record and ends the rank with :data:`HANG_EXIT`; the runner
   then starts a new round after that test. The watchdog is armed during collection too
@@ -277,7 +279,16 @@ class RankSession:
         self.watchdog.arm(self.timeout, i=i, nodeid=item.nodeid, state="running")
         before = _live_groups()
         start = time.monotonic()
-        yield
+        outcome = yield
+        if outcome.exception is not None:  # Ctrl-C or pytest.exit inside the test: no result
+            self.reports.pop(item.nodeid, None)
+            exc = outcome.exception
+            what = ("KeyboardInterrupt" if isinstance(exc, KeyboardInterrupt)
+                    else f"pytest.exit: {exc.msg}" if isinstance(exc, pytest.exit.Exception)
+                    else f"{type(exc).__name__}: {exc}")
+            self.write(kind="interrupted", i=i, nodeid=item.nodeid, what=what,
+                       elapsed=round(time.monotonic() - start, 4))
+            return
         _destroy_new_groups(before)
         self.watchdog.update(state="finished")  # still armed: a stuck peer is still this test
         self._record(item, time.monotonic() - start)

@@ -140,6 +140,8 @@ class RunReport:
     peak_rss_kib: dict[int, int] = field(default_factory=dict)
     shim_ignored: tuple[str, ...] = ()
     not_run: int = 0  # tests left when a rank's session ended early (see ``not_started``)
+    # the tests a signal stopped part-way (no verdict, as pytest gives none): nodeid -> ranks
+    stopped_in: dict[str, tuple[int, ...]] = field(default_factory=dict)
 
     @property
     def exit_code(self) -> int:
@@ -243,7 +245,7 @@ def run_pytest(spec: RunSpec, on_verdict: Callable[[Verdict], None] | None = Non
             shutil.rmtree(root, ignore_errors=True)
     return RunReport(tuple(runner.judged.values()), spec.world_size, rounds,
                      time.monotonic() - t0, runner.interrupted, runner.peaks,
-                     tuple(sorted(runner.ignored)), runner.not_run)
+                     tuple(sorted(runner.ignored)), runner.not_run, runner.stopped_in)
 
 
 class _Runner:
@@ -258,6 +260,7 @@ class _Runner:
         self.interrupted: int | None = None
         self.ignored: set[str] = set()
         self.not_run = 0
+        self.stopped_in: dict[str, tuple[int, ...]] = {}
 
     def emit(self, v: Verdict) -> None:
         with self.lock:
@@ -309,6 +312,9 @@ class _Runner:
                     self.ignored.update(row.get("shim_ignored") or [])
         if result.signal is not None:
             self.interrupted = result.signal
+            self.stopped_in = {n: tuple(sorted(by_rank)) for n, by_rank
+                               in _tests_by_rank(recs, "interrupted").items()
+                               if n not in self.judged}
             return True
         return self.judge_the_rest(rnd, recs, result, log_dir)
 
@@ -342,8 +348,14 @@ class _Runner:
         if not hangs and len(tests) < world and all(x.exitcode == 0 for x in result.ranks):
             raise RunError(f"every rank ended but {stuck_on} has no report from ranks "
                            f"{sorted(set(range(world)) - set(tests))}")
-        lost = {} if hangs else _lost(result, set(tests), world, log_dir, spec.nproc_per_node)
+        stopped = {r: f"its pytest session was stopped inside this test ({rec.get('what')})"
+                   for r, rec in _tests_by_rank(recs, "interrupted").get(stuck_on, {}).items()}
+        lost = {} if hangs else {**_lost(result, set(tests) | set(stopped), world, log_dir,
+                                         spec.nproc_per_node), **stopped}
         self.emit(verdict(stuck_on, tests, world, hangs=hangs, lost=lost))
+        if stopped:  # pytest.exit ends the session, as pytest itself does: no more rounds
+            self.not_run = len(pending) - 1
+            return True
         return False
 
 

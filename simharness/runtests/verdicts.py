@@ -2,7 +2,8 @@
 
 Each rank of ``simharness run -- pytest`` appends JSON records to ``rank<R>.jsonl``
 (:mod:`simharness.runtests.plugin`): ``test`` (one per test it finished), ``hang`` (the test
-its watchdog stopped, with its stack), ``collected``, ``collect_error``, ``end``.
+its watchdog stopped, with its stack), ``interrupted`` (the test Ctrl-C or ``pytest.exit``
+stopped part-way), ``collected``, ``collect_error``, ``end``.
 :func:`verdict` combines one test's records:
 
 - **skipped: needs GPU** when any rank stopped on ``NeedsGPU`` (the other ranks then fail
