@@ -555,8 +555,7 @@ def check_all_gather(w: _World) -> list[Finding]:
         out += _compare_ag(w, "ep_dp_ag", "ep_dp", cause)
     for k in ag_kinds:
         e = lay.entry(k)
-        base = lay.entry("dp_cp" if k == "dp_cp_ag" else "ep_dp")
-        if e.backend == "gloo" or e is base:
+        if e.backend == "gloo":
             out.append(Finding("ag-communicator", "error",
                                f"{k} is not a separate NCCL communicator (backend {e.backend})",
                                (), (k,)))
