@@ -26,6 +26,7 @@ import os
 import re
 from collections.abc import Callable
 from dataclasses import dataclass
+from fractions import Fraction
 from pathlib import Path
 
 from .errors import SimharnessError
@@ -104,21 +105,42 @@ def fmt_bytes(n: float) -> str:
     raise AssertionError("unreachable")  # pragma: no cover
 
 
-_SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([kmgt]?)i?b?\s*$", re.IGNORECASE)
+_SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(?:([kmgt])i?b?|b)?\s*$", re.IGNORECASE)
+
+
+def size_bytes(text: str | int) -> int | None:
+    """A size in bytes, powers of 1024: ``24G``, ``512MiB``, ``4Gi``, ``1.5K``, ``64b``,
+    ``1000``; None when ``text`` is not one or is not a whole number of bytes. The one
+    reading of sizes for every option and variable that takes one.
+
+    >>> size_bytes("24G"), size_bytes("512MiB"), size_bytes("1.5K"), size_bytes(" 7 b ")
+    (25769803776, 536870912, 1536, 7)
+    >>> size_bytes("1.5"), size_bytes("4 GB/s"), size_bytes("-1"), size_bytes(True)
+    (None, None, None, None)
+    """
+    if isinstance(text, bool):
+        return None
+    if isinstance(text, int):
+        return text if text >= 0 else None
+    m = _SIZE.match(str(text))
+    if not m:
+        return None
+    value = Fraction(m.group(1)) * (1 << (10 * " kmgt".index((m.group(2) or " ").lower())))
+    return int(value) if value.denominator == 1 else None
 
 
 def parse_size(text: str) -> int:
-    """``24G`` -> bytes (powers of 1024); raises :class:`ResourceError` naming the text.
+    """``24G`` -> bytes (see :func:`size_bytes`); raises :class:`ResourceError` naming the
+    text.
 
     >>> parse_size("24G"), parse_size("512M"), parse_size("1000")
     (25769803776, 536870912, 1000)
     """
-    m = _SIZE.match(str(text))
-    if not m:
+    n = size_bytes(text)
+    if n is None:
         raise ResourceError(f"{MEMORY_ENV}={text!r} is not a size; write e.g. 24G, 512M or a "
                             f"byte count.")
-    scale = 1 << (10 * " kmgt".index((m.group(2) or " ").lower()))
-    return int(float(m.group(1)) * scale)
+    return n
 
 
 def proc_kib(key: str, path: str | Path = "/proc/meminfo") -> int | None:

@@ -12,7 +12,7 @@ from click.testing import CliRunner
 from cli import main
 from simharness import Layout, LayoutError, ParallelismConfig, build_layout
 from simharness.replay import Fault, ReplayError, ReplayOptions, preflight, torchrun_command
-from simharness.replay.options import max_local_gloo_ranks
+from simharness.replay.options import max_local_gloo_ranks, parse_bytes
 from simharness.replay.plan_checks import (
     check_replayable,
     compare_with_config,
@@ -248,3 +248,22 @@ def test_verify_live_outside_a_job_is_a_clear_error():
 
     with pytest.raises(SimharnessError, match="inside a job"):
         simharness.verify_live(layout16())
+
+
+@pytest.mark.parametrize("text", ["24G", "512MiB", "4Gi", "1.5K", "64b", "1000", "1T", "0",
+                                  "1.5", "4 GB/s", "-1", "2X", "", "0.5M"])
+def test_every_size_is_read_one_way(text):
+    """--overlap-bytes and SIMHARNESS_MEMORY_LIMIT read sizes alike (they once disagreed on
+    decimals, ``T`` and ``Gi``; ``1.5`` was one byte for one and an error for the other)."""
+    from simharness.resources import ResourceError, parse_size
+
+    try:
+        want: int | None = parse_size(text)
+    except ResourceError:
+        want = None
+    try:
+        got: int | None = parse_bytes(text)
+    except ReplayError:
+        got = None
+    assert got == want
+    assert (want is None) == (text in ("1.5", "4 GB/s", "-1", "2X", ""))

@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import math
 import os
-import re
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, fields
 from typing import Any
 
 from ..errors import SimharnessError, whole_number_problem
+from ..resources import size_bytes
 
 REPORT_SCHEMA = "simharness.replay/1"
 BACKENDS = ("gloo", "nccl")
@@ -35,25 +35,18 @@ class ReplayError(SimharnessError):
     """A replay request that cannot run (refused before any process starts)."""
 
 
-_SIZE = re.compile(r"^\s*(\d+)\s*([kmg]i?b?|b)?\s*$", re.IGNORECASE)
-
-
 def parse_bytes(text: str | int) -> int:
-    """A byte count: ``1048576``, ``512K``, ``4M``, ``4MiB``, ``1G`` (powers of 1024).
+    """A byte count: ``1048576``, ``512K``, ``4M``, ``4MiB``, ``1G`` (powers of 1024; read
+    by :func:`simharness.resources.size_bytes`, as every size is).
 
     >>> parse_bytes("64K"), parse_bytes("4MiB"), parse_bytes(7)
     (65536, 4194304, 7)
     """
-    if isinstance(text, int) and not isinstance(text, bool):
-        n = text
-    else:
-        m = _SIZE.match(str(text))
-        if not m:
-            raise ReplayError(f"{text!r} is not a byte count; write e.g. 4M, 512K or 1048576.")
-        unit = (m.group(2) or "b").lower()[0]
-        n = int(m.group(1)) * {"b": 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30}[unit]
-    if n < 0:
-        raise ReplayError("the byte count must be >= 0.")
+    n = size_bytes(text)
+    if n is None:
+        if isinstance(text, int) and not isinstance(text, bool):
+            raise ReplayError("the byte count must be >= 0.")
+        raise ReplayError(f"{text!r} is not a byte count; write e.g. 4M, 512K or 1048576.")
     return n
 
 
