@@ -334,3 +334,24 @@ def test_sigterm_stops_every_rank_and_leaves_no_temp_files(tmp_path):
         with pytest.raises(ProcessLookupError):
             os.kill(pid, 0)
     assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.launch
+@pytest.mark.parametrize("lazy", [False, True], ids=["default", "TORCH_GLOO_LAZY_INIT=1"])
+def test_monitored_barrier_names_an_absent_rank_at_once(lazy, monkeypatch):
+    """Under the shim gloo connects each group eagerly (its default), so rank 0's
+    monitored_barrier names the rank that never calls it within the timeout on every new
+    group. Under lazy init (what the shim used to set) rank 0 waits on the pair's connection
+    whenever it is the listening side, a coin toss per group (the ports decide), so over 16
+    groups the lazy case gets stuck but once in 65536 runs: the check can fail."""
+    if lazy:
+        monkeypatch.setenv("TORCH_GLOO_LAZY_INIT", "1")
+    groups = 16 if lazy else 8
+    res, text = launch_in_child([str(SCRIPTS / "absent_rank.py"), "--groups", str(groups)], 2)
+    named = re.findall(r"\[rank0\]:NAMED (\d) ([\d.]+)", text)
+    if lazy:
+        assert "[rank0]:STUCK" in text and dict(res["ranks"])[0] == 4, text
+        return
+    assert dict(res["ranks"]) == {0: 0, 1: 0}, text
+    assert [int(i) for i, _ in named] == list(range(8)), text
+    assert all(float(s) < 5 for _, s in named), text

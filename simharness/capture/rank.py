@@ -7,7 +7,8 @@ agent, :mod:`simharness.launch.launcher`; it also runs under a plain ``torchrun`
 
 * installs the GPU shim (:mod:`simharness.launch.gpu_shim`, unless ``--no-shim``): the
   CUDA device calls are answered per local rank, NCCL becomes gloo, ``TORCH_GLOO_LAZY_INIT=1``
-  (a subgroup connects only when the script runs a collective on it); CUDA tensors live on
+  (a pair of ranks connects only when the script first uses it: a world of 64 ranks would
+  otherwise connect 2016 pairs before the script's first line); CUDA tensors live on
   CPU for data movement only, and compute on one stops the rank
   (:mod:`simharness.launch.cuda_origin`);
 * wraps ``init_process_group``, ``new_group`` and ``split_group`` (every name bound to them,
@@ -443,7 +444,7 @@ def _prepare(rank_args: Any, env: Any) -> None:
 
     from ..launch.rank import prepare
 
-    prepare(dataclasses.replace(rank_args, compute_stops=True))
+    prepare(dataclasses.replace(rank_args, compute_stops=True, lazy_gloo=True))
 
 
 def _tb_where(exc: BaseException) -> list[str]:

@@ -55,8 +55,10 @@ tensors on ``cuda``/``cuda:N``/int device        land on CPU: ``device=`` of any
 ``torch.profiler.profile(activities=[..CUDA])``  the CUDA activity dropped (as torch does
 (and ``torch.autograd.profiler.profile``)        without CUDA): CPU events only, listed as
                                                  ignored
-``TORCH_GLOO_LAZY_INIT=1``                       set unless already set: gloo connects on the
-                                                 first collective, as NCCL does
+``TORCH_GLOO_LAZY_INIT``                         left as it is (gloo's default: each group
+                                                 connects all its pairs at creation); with
+                                                 ``lazy_gloo`` (capture) set to 1 unless
+                                                 already set: a pair connects on first use
 ===============================================  ==============================================
 
 Refused with :class:`~simharness.errors.NeedsGPU`: ``torch.cuda.Stream``, ``Event``,
@@ -243,9 +245,14 @@ def _device_index(device: Any, default: int) -> int | None:
     return None
 
 
-def install(local_rank: int, local_world_size: int, *, lazy_gloo: bool = True,
+def install(local_rank: int, local_world_size: int, *, lazy_gloo: bool = False,
             compute_stops: bool = False) -> Shim:
     """Patch torch in this process as one GPU per local rank; returns the :class:`Shim`.
+
+    ``lazy_gloo`` (capture): ``TORCH_GLOO_LAZY_INIT=1`` unless already set, so a group's
+    pairs connect on first use. Not the default: under lazy init a gloo ``recv`` from a rank
+    that never touches the pair can wait for the connection past any timeout, so
+    ``monitored_barrier`` stops naming the absent rank (``bench/gloo_lazy_barrier.py``).
 
     ``compute_stops`` (capture): tensors put on CUDA are tracked and compute on them stops
     with :class:`NeedsGPU` (:mod:`.cuda_origin`); without it they are plain CPU tensors.

@@ -32,7 +32,7 @@ from .env import RankEnv, slurm_environ
 #: Exit status of a rank whose target stopped on NeedsGPU (automake's "skipped").
 NEEDS_GPU_EXIT = 77
 
-USAGE = ("usage: python -m simharness.launch.rank [--shim] [--no-lazy-gloo] -- "
+USAGE = ("usage: python -m simharness.launch.rank [--shim] [--lazy-gloo] -- "
          "(script.py | -m module) [ARGS...]")
 
 
@@ -48,7 +48,8 @@ class RankArgs:
     module: str | None
     script: str | None
     args: tuple[str, ...]
-    lazy_gloo: bool = True
+    #: ``TORCH_GLOO_LAZY_INIT=1`` (``gpu_shim.install(lazy_gloo=)``); capture sets it
+    lazy_gloo: bool = False
     #: capture: compute on a CUDA tensor stops the rank (``gpu_shim.install(compute_stops=)``)
     compute_stops: bool = False
 
@@ -63,12 +64,12 @@ def parse(argv: list[str]) -> RankArgs:
         raise RankUsageError(f"missing `--` before the target; {USAGE}")
     cut = argv.index("--")
     opts, target = argv[:cut], argv[cut + 1:]
-    unknown = [o for o in opts if o not in ("--shim", "--no-lazy-gloo")]
+    unknown = [o for o in opts if o not in ("--shim", "--lazy-gloo")]
     if unknown:
         raise RankUsageError(f"unknown option(s) {' '.join(unknown)}; {USAGE}")
     if not target or (target[0] == "-m" and len(target) < 2):
         raise RankUsageError(f"no target after `--`; {USAGE}")
-    shim, lazy = "--shim" in opts, "--no-lazy-gloo" not in opts
+    shim, lazy = "--shim" in opts, "--lazy-gloo" in opts
     if target[0] == "-m":
         return RankArgs(shim, target[1], None, tuple(target[2:]), lazy)
     if target[0].startswith("-"):
