@@ -280,19 +280,21 @@ def bn_net():
 
 fp16 = _MixedPrecision(param_dtype=torch.float16, reduce_dtype=torch.float16,
                        buffer_dtype=torch.float16)
-step(lambda: DDP(bn_net().cuda(1), device_ids=[1]))                # STOP torch.nn.SyncBatchNorm in DistributedDataParallel
-step(lambda: DDP(bn_net()))                                        # the user's CPU module
+gpu_bn = bn_net().cuda(1)
+step(lambda: DDP(gpu_bn, device_ids=[1]))  # STOP torch.nn.SyncBatchNorm in DistributedDataParallel
+step(lambda: DDP(bn_net()))  # the user's CPU module
 mp = DDP(nn.Linear(1, 5).to(1), device_ids=[1], mixed_precision=fp16)
 step(lambda: [(p._mp_param.dtype, p._fp_param.dtype) for p in mp.parameters()])
-step(lambda: mp(torch.randn(3, 1, device="cuda")))                 # STOP DistributedDataParallel(mixed_precision=...) forward
+x1 = torch.randn(3, 1, device="cuda")
+step(lambda: mp(x1))  # STOP DistributedDataParallel(mixed_precision=...) forward
 step(lambda: DDP(nn.Linear(1, 5), mixed_precision=fp16)(torch.randn(3, 1)))  # CPU: torch's error
 logged = [DDP(nn.Linear(2, 2).cuda(1), device_ids=[1])._get_ddp_logging_data(),
           DDP(nn.Linear(2, 2))._get_ddp_logging_data()]
 out.append([[d["device_ids"], d["output_device"]] for d in logged])
-step(lambda: torch.accelerator.current_stream())                   # STOP torch.accelerator.current_stream
-step(lambda: torch.accelerator.synchronize())                      # STOP torch.accelerator.synchronize
+step(lambda: torch.accelerator.current_stream())  # STOP torch.accelerator.current_stream
+step(lambda: torch.accelerator.synchronize())  # STOP torch.accelerator.synchronize
 out.append([torch.accelerator.is_available(), torch.accelerator.current_accelerator()])
-step(lambda: torch.cuda.get_rng_state())                           # STOP torch.cuda.get_rng_state
+step(lambda: torch.cuda.get_rng_state())  # STOP torch.cuda.get_rng_state
 lin = nn.Linear(3, 3).cuda()
 x = torch.randn(2, 3, device="cuda")
 out.append(torch.equal(torch.compile(lin)(x), lin(x)))
