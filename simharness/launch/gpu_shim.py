@@ -51,7 +51,13 @@ tensors on ``cuda``/``cuda:N``/int device        land on CPU: ``device=`` of any
                                                  ``cpu`` (listed as ignored)
 ``DistributedDataParallel(device_ids=,``         dropped when the module's parameters are all
 ``output_device=)``                              on CPU (they are: see above), listed as
-                                                 ignored; DDP then runs as on CPU
+                                                 ignored; DDP then runs as on CPU, and its
+                                                 ``_get_ddp_logging_data()`` reports them as
+                                                 torch logs them for a GPU module (``"0"``, 0)
+``torch.cuda.get_rng_state``, ``set_rng_state``  to torch._dynamo only (its save and restore
+called by torch._dynamo                          around each compile): an empty state, taken
+                                                 back as a no-op, so ``torch.compile`` runs on
+                                                 CPU; refused to any other caller
 ``torch.profiler.profile(activities=[..CUDA])``  the CUDA activity dropped (as torch does
 (and ``torch.autograd.profiler.profile``)        without CUDA): CPU events only, listed as
                                                  ignored
@@ -62,13 +68,26 @@ tensors on ``cuda``/``cuda:N``/int device        land on CPU: ``device=`` of any
 Refused with :class:`~simharness.errors.NeedsGPU`: ``torch.cuda.Stream``, ``Event``,
 ``current_stream``, ``default_stream``, ``stream``, ``CUDAGraph``, ``graph``,
 ``get_device_properties``, ``mem_get_info``, ``get_rng_state``, ``set_rng_state``, and every
-other call that reaches CUDA initialisation (``torch.cuda._lazy_init``).
+other call that reaches CUDA initialisation (``torch.cuda._lazy_init``); ``torch.accelerator``'s
+device calls (``current_device_index``, ``set_device_index``, ``device_index``,
+``current_stream``, ``set_stream``, ``synchronize``, ``get_device_capability``, its memory
+calls: :data:`ACCELERATOR_DEVICE_CALLS`), where torch would raise "Cannot access accelerator
+device when none is available"; and what DDP does only for a GPU module, on a module whose
+``device_ids`` the shim dropped: a module holding ``torch.nn.SyncBatchNorm`` (at the DDP call;
+torch's CPU answer is "SyncBatchNorm layers only work with GPU modules") and
+``mixed_precision=`` (at the first forward: DDP casts on a side stream and waits on device
+events, which a CPU rank does not have). A module that the user left on CPU (no
+``device_ids``) gets torch's own CPU errors for both, as without the shim.
 
-Known differences: a mapped tensor reports ``device.type == "cpu"`` and ``is_cuda`` False;
-other threads than the installing one do not map tensors; ``torch.accelerator`` still says
-no accelerator; ``torch.cuda.memory_allocated()`` is 0 (torch's own answer before CUDA
-starts); ``split_group`` of a non-world parent twice over the same ranks hits torch's
-"group name already created" error.
+The ``file:line`` of a stop is the innermost frame outside torch and the shim; torch's own test
+code (``torch/testing``, e.g. ``distributed_test.py``) counts as the caller's.
+
+Known differences: a mapped tensor reports ``device.type == "cpu"`` (``device.index`` None)
+and ``is_cuda`` False; other threads than the installing one do not map tensors;
+``torch.accelerator.is_available()`` is still False and ``current_accelerator()`` None (code
+that asks first keeps its CPU path); ``torch.cuda.memory_allocated()`` is 0 (torch's own
+answer before CUDA starts); ``split_group`` of a non-world parent twice over the same ranks
+hits torch's "group name already created" error.
 
 >>> map_backend("nccl"), map_backend("cuda:nccl,cpu:gloo"), map_backend("fake"), map_backend(None)
 ('gloo', 'gloo', 'fake', None)
