@@ -242,6 +242,97 @@ def test_capture_shim_stops_compute_on_cuda_tensors_and_only_that():
     assert json.loads(out.stdout) == want
 
 
+# What DDP does only for GPU modules, on a module the shim left on CPU (device_ids dropped):
+# SyncBatchNorm and mixed precision stop with NeedsGPU at the user's line (torch's own line
+# when the caller is torch's test code), the logging data keeps the dropped device_ids; a
+# module the user left on CPU still gets torch's own error. torch.accelerator's device calls
+# stop with NeedsGPU; torch.compile runs (dynamo's CUDA RNG bookkeeping is answered). Lines
+# marked STOP must stop there with NeedsGPU naming the call after STOP.
+SHIM_DDP_GPU_ONLY = """
+import json, os, warnings
+warnings.simplefilter("ignore")
+import torch
+import torch.distributed as dist
+import torch.nn as nn
+from torch.nn.parallel import DistributedDataParallel as DDP
+from torch.nn.parallel.distributed import _MixedPrecision
+from simharness.errors import NeedsGPU
+from simharness.launch import gpu_shim
+
+s = gpu_shim.install(0, 2)
+dist.init_process_group("nccl", store=dist.HashStore(), rank=0, world_size=1)
+out = []
+
+
+def step(f):
+    try:
+        f()
+        out.append("ok")
+    except NeedsGPU as e:
+        out.append([e.call, e.where])
+    except Exception as e:
+        out.append([type(e).__name__, str(e)])
+
+
+def bn_net():
+    return nn.Sequential(nn.Linear(2, 2), nn.SyncBatchNorm(2))
+
+
+fp16 = _MixedPrecision(param_dtype=torch.float16, reduce_dtype=torch.float16,
+                       buffer_dtype=torch.float16)
+gpu_bn = bn_net().cuda(1)
+step(lambda: DDP(gpu_bn, device_ids=[1]))  # STOP torch.nn.SyncBatchNorm in DistributedDataParallel
+step(lambda: DDP(bn_net()))  # the user's CPU module
+mp = DDP(nn.Linear(1, 5).to(1), device_ids=[1], mixed_precision=fp16)
+step(lambda: [(p._mp_param.dtype, p._fp_param.dtype) for p in mp.parameters()])
+x1 = torch.randn(3, 1, device="cuda")
+step(lambda: mp(x1))  # STOP DistributedDataParallel(mixed_precision=...) forward
+step(lambda: DDP(nn.Linear(1, 5), mixed_precision=fp16)(torch.randn(3, 1)))  # CPU: torch's error
+logged = [DDP(nn.Linear(2, 2).cuda(1), device_ids=[1])._get_ddp_logging_data(),
+          DDP(nn.Linear(2, 2))._get_ddp_logging_data()]
+out.append([[d["device_ids"], d["output_device"]] for d in logged])
+step(lambda: torch.accelerator.current_stream())  # STOP torch.accelerator.current_stream
+step(lambda: torch.accelerator.synchronize())  # STOP torch.accelerator.synchronize
+out.append([torch.accelerator.is_available(), torch.accelerator.current_accelerator()])
+step(lambda: torch.cuda.get_rng_state())  # STOP torch.cuda.get_rng_state
+lin = nn.Linear(3, 3).cuda()
+x = torch.randn(2, 3, device="cuda")
+out.append(torch.equal(torch.compile(lin)(x), lin(x)))
+# torch's own test code is the caller: the stop names its line, not the code that called it
+testing = os.path.join(os.path.dirname(torch.__file__), "testing", "_simharness_case.py")
+step(lambda: exec(compile("\\n\\nDDP(bn_net().cuda(), device_ids=[0])\\n", testing, "exec")))
+dist.destroy_process_group()
+s.uninstall()
+step(lambda: torch.accelerator.current_stream())
+print(json.dumps(out))
+"""
+
+
+def test_shim_ddp_gpu_only_features_need_gpu_and_cpu_modules_keep_torch_errors():
+    out = subprocess.run([sys.executable, "-c", SHIM_DDP_GPU_ONLY], cwd=ROOT, env=child_env(),
+                         capture_output=True, text=True, timeout=180)
+    assert out.returncode == 0, out.stderr
+    got = json.loads(out.stdout)
+    lines = SHIM_DDP_GPU_ONLY.splitlines()
+    stops = [[ln.split("# STOP ")[1].strip(), f"<string>:{i}"]
+             for i, ln in enumerate(lines, 1) if "# STOP " in ln]
+    testing = os.path.join("torch", "testing", "_simharness_case.py")
+    assert got[0] == stops[0]
+    assert got[1] == ["ValueError", "SyncBatchNorm layers only work with GPU modules"]
+    assert got[2] == "ok"                        # DDP built its fp16 copies, as on a GPU
+    assert got[3] == stops[1]
+    assert got[4][0] == "RuntimeError" and "events" in got[4][1]
+    assert got[5] == [["1", 1], ["", -1]]
+    assert got[6:8] == stops[2:4]
+    assert got[8] == [False, None]               # torch.accelerator still says no accelerator
+    assert got[9] == stops[4]
+    assert got[10] is True
+    assert got[11][0] == "torch.nn.SyncBatchNorm in DistributedDataParallel"
+    assert got[11][1].endswith(f"{testing}:3"), got[11]
+    assert got[12] == ["RuntimeError", "Cannot access accelerator device when none is available."]
+    assert len(got) == 13
+
+
 def test_map_backend_keeps_other_backends():
     from simharness.launch.gpu_shim import map_backend
 

@@ -51,7 +51,13 @@ tensors on ``cuda``/``cuda:N``/int device        land on CPU: ``device=`` of any
                                                  ``cpu`` (listed as ignored)
 ``DistributedDataParallel(device_ids=,``         dropped when the module's parameters are all
 ``output_device=)``                              on CPU (they are: see above), listed as
-                                                 ignored; DDP then runs as on CPU
+                                                 ignored; DDP then runs as on CPU, and its
+                                                 ``_get_ddp_logging_data()`` reports them as
+                                                 torch logs them for a GPU module (``"0"``, 0)
+``torch.cuda.get_rng_state``, ``set_rng_state``  to torch._dynamo only (its save and restore
+called by torch._dynamo                          around each compile): an empty state, taken
+                                                 back as a no-op, so ``torch.compile`` runs on
+                                                 CPU; refused to any other caller
 ``torch.profiler.profile(activities=[..CUDA])``  the CUDA activity dropped (as torch does
 (and ``torch.autograd.profiler.profile``)        without CUDA): CPU events only, listed as
                                                  ignored
@@ -64,13 +70,26 @@ tensors on ``cuda``/``cuda:N``/int device        land on CPU: ``device=`` of any
 Refused with :class:`~simharness.errors.NeedsGPU`: ``torch.cuda.Stream``, ``Event``,
 ``current_stream``, ``default_stream``, ``stream``, ``CUDAGraph``, ``graph``,
 ``get_device_properties``, ``mem_get_info``, ``get_rng_state``, ``set_rng_state``, and every
-other call that reaches CUDA initialisation (``torch.cuda._lazy_init``).
+other call that reaches CUDA initialisation (``torch.cuda._lazy_init``); ``torch.accelerator``'s
+device calls (``current_device_index``, ``set_device_index``, ``device_index``,
+``current_stream``, ``set_stream``, ``synchronize``, ``get_device_capability``, its memory
+calls: :data:`ACCELERATOR_DEVICE_CALLS`), where torch would raise "Cannot access accelerator
+device when none is available"; and what DDP does only for a GPU module, on a module whose
+``device_ids`` the shim dropped: a module holding ``torch.nn.SyncBatchNorm`` (at the DDP call;
+torch's CPU answer is "SyncBatchNorm layers only work with GPU modules") and
+``mixed_precision=`` (at the first forward: DDP casts on a side stream and waits on device
+events, which a CPU rank does not have). A module that the user left on CPU (no
+``device_ids``) gets torch's own CPU errors for both, as without the shim.
 
-Known differences: a mapped tensor reports ``device.type == "cpu"`` and ``is_cuda`` False;
-other threads than the installing one do not map tensors; ``torch.accelerator`` still says
-no accelerator; ``torch.cuda.memory_allocated()`` is 0 (torch's own answer before CUDA
-starts); ``split_group`` of a non-world parent twice over the same ranks hits torch's
-"group name already created" error.
+The ``file:line`` of a stop is the innermost frame outside torch and the shim; torch's own test
+code (``torch/testing``, e.g. ``distributed_test.py``) counts as the caller's.
+
+Known differences: a mapped tensor reports ``device.type == "cpu"`` (``device.index`` None)
+and ``is_cuda`` False; other threads than the installing one do not map tensors;
+``torch.accelerator.is_available()`` is still False and ``current_accelerator()`` None (code
+that asks first keeps its CPU path); ``torch.cuda.memory_allocated()`` is 0 (torch's own
+answer before CUDA starts); ``split_group`` of a non-world parent twice over the same ranks
+hits torch's "group name already created" error.
 
 >>> map_backend("nccl"), map_backend("cuda:nccl,cpu:gloo"), map_backend("fake"), map_backend(None)
 ('gloo', 'gloo', 'fake', None)
@@ -100,6 +119,11 @@ MAPPED_CUDA = ("is_available", "device_count", "set_device", "current_device", "
 REFUSED_CUDA = ("Stream", "Event", "current_stream", "default_stream", "stream", "CUDAGraph",
                 "graph", "get_device_properties", "mem_get_info", "get_rng_state",
                 "set_rng_state")
+#: torch._C functions behind torch.accelerator's device calls, refused with NeedsGPU.
+ACCELERATOR_DEVICE_CALLS = tuple(f"_accelerator_{n}" for n in (
+    "getDeviceIndex", "setDeviceIndex", "exchangeDevice", "maybeExchangeDevice", "getStream",
+    "setStream", "synchronizeDevice", "getDeviceCapability", "getMemoryInfo", "getDeviceStats",
+    "emptyCache", "isAllocatorInitialized"))
 #: torch.distributed calls whose backend / options are mapped.
 MAPPED_DIST = ("init_process_group", "new_group", "split_group")
 
@@ -187,35 +211,47 @@ def active() -> Shim | None:
 def user_site(skip_dirs: tuple[str, ...] = ()) -> str:
     """``file:line`` of the innermost caller outside torch and simharness.launch.
 
+    torch's own test code (``torch/testing``: ``distributed_test.py`` and its helpers) counts
+    as the caller's, so a stop inside one of torch's tests names the test's line.
+
     >>> user_site().endswith(":1") or ":" in user_site()
     True
     """
-    import torch  # torch only when asked
-
-    skip: tuple[str, ...] = (os.path.dirname(torch.__file__), _HERE,
-                             os.path.dirname(contextlib.__file__), *skip_dirs)
+    skip: tuple[str, ...] = (_HERE, os.path.dirname(contextlib.__file__), *skip_dirs)
+    torch_dir, testing = _torch_dirs()
     frame: Any = sys._getframe(1)
     while frame is not None:
         path = os.path.abspath(frame.f_code.co_filename)
-        if not path.startswith(skip) and not path.startswith("<frozen"):
+        inside = path.startswith(skip) or (path.startswith(torch_dir)
+                                           and not path.startswith(testing))
+        if not inside and not path.startswith("<frozen"):
             return f"{frame.f_code.co_filename}:{frame.f_lineno}"
         frame = frame.f_back
     return "<unknown>:0"
 
 
-def _torch_call() -> str:
-    """The outermost torch function on the stack under the user's frame (``torch.cuda.x``)."""
-    import torch
+def _torch_dirs() -> tuple[str, str]:
+    """torch's package directory, and its ``testing`` directory (test code, the caller's)."""
+    import torch  # torch only when asked
 
-    tdir = os.path.dirname(torch.__file__)
-    name = "torch.cuda._lazy_init"
+    torch_dir = os.path.dirname(os.path.abspath(torch.__file__))
+    return torch_dir + os.sep, os.path.join(torch_dir, "testing") + os.sep
+
+
+def _torch_call(within: str = "torch", default: str = "torch.cuda._lazy_init") -> str:
+    """The outermost torch function on the stack under the user's frame (``torch.cuda.x``),
+    counting only functions of modules under ``within`` (``default`` when there is none)."""
+    torch_dir, testing = _torch_dirs()
+    name = default
     frame: Any = sys._getframe(1)
     while frame is not None:
         path = os.path.abspath(frame.f_code.co_filename)
         if path.startswith(_HERE):
             pass
-        elif path.startswith(tdir):
-            name = f"{frame.f_globals.get('__name__', 'torch')}.{frame.f_code.co_name}"
+        elif path.startswith(torch_dir) and not path.startswith(testing):
+            module = frame.f_globals.get("__name__", "torch")
+            if module == within or module.startswith(within + "."):
+                name = f"{module}.{frame.f_code.co_name}"
         else:
             break
         frame = frame.f_back
@@ -277,6 +313,7 @@ def install(local_rank: int, local_world_size: int, *, lazy_gloo: bool = False,
                 os.environ["TORCH_GLOO_LAZY_INIT"] = "1"
                 shim._undo.append(lambda: _unset_env("TORCH_GLOO_LAZY_INIT"))
             _patch_cuda(shim)
+            _patch_accelerator(shim)
             _patch_dist(shim)
             _patch_profiler(shim)
             _patch_ddp(shim)
@@ -371,6 +408,7 @@ def _patch_cuda(shim: Shim) -> None:
         "get_device_name": lambda device=None: "cpu (simharness shim)",
     }
     answers.update({name: _refuser(name) for name in REFUSED_CUDA})
+    answers.update(_dynamo_rng(answers["get_rng_state"], answers["set_rng_state"]))
     for name, value in answers.items():
         original = getattr(cuda, name, None)
         _set(shim, cuda, name, value)
@@ -378,6 +416,53 @@ def _patch_cuda(shim: Shim) -> None:
                                               "current_device", "set_device", "is_available"):
             _replace_everywhere(shim, "torch.cuda", original, value)
     _replace_everywhere(shim, "torch.cuda", cuda._lazy_init, lazy_init)
+
+
+def _dynamo_rng(refuse_get: Callable[..., Any], refuse_set: Callable[..., Any]) -> dict:
+    """``torch.cuda.get_rng_state`` / ``set_rng_state`` refused, except to torch._dynamo.
+
+    Dynamo saves and restores the CUDA RNG state around every compile when
+    ``torch.cuda.is_available()`` (``torch/_dynamo/convert_frame.py:355``, ``utils.py:2665``),
+    so that tracing leaves it as it was. On CPU ranks there is no CUDA generator for tracing to
+    touch: to dynamo the shim answers an empty state and takes it back as a no-op (what
+    dynamo does when CUDA is absent). Any other caller is refused, as before."""
+    import torch
+
+    def from_dynamo() -> bool:
+        return str(sys._getframe(2).f_globals.get("__name__", "")).startswith("torch._dynamo.")
+
+    def get_rng_state(*args: Any, **kwargs: Any) -> Any:
+        if from_dynamo():
+            return torch.empty(0, dtype=torch.uint8)
+        return refuse_get(*args, **kwargs)
+
+    def set_rng_state(*args: Any, **kwargs: Any) -> Any:
+        if from_dynamo():
+            return None
+        return refuse_set(*args, **kwargs)
+
+    return {"get_rng_state": get_rng_state, "set_rng_state": set_rng_state}
+
+
+def _patch_accelerator(shim: Shim) -> None:
+    """``torch.accelerator``'s device calls (current device index, streams, synchronize,
+    memory): torch still says there is no accelerator (``is_available()`` False,
+    ``current_accelerator()`` None), so code that asks first keeps its CPU path; a call
+    that needs the device (on a GPU: the rank's CUDA device) stops with NeedsGPU instead of
+    torch's "Cannot access accelerator device when none is available". The C functions are
+    replaced, not the Python ones, which dynamo knows by identity."""
+    import torch
+
+    for name in ACCELERATOR_DEVICE_CALLS:
+        if hasattr(torch._C, name):
+            _set(shim, torch._C, name, _accelerator_refuser(name))
+
+
+def _accelerator_refuser(name: str) -> Callable[..., Any]:
+    def refuse(*_args: Any, **_kwargs: Any) -> Any:
+        raise NeedsGPU(_torch_call("torch.accelerator", f"torch._C.{name}"), user_site())
+
+    return refuse
 
 
 def _bind(func: Callable[..., Any], args: tuple, kwargs: dict) -> dict[str, Any]:
@@ -492,11 +577,22 @@ def _patch_profiler(shim: Shim) -> None:
 
 def _patch_ddp(shim: Shim) -> None:
     """``DistributedDataParallel``: ``device_ids`` / ``output_device`` name the rank's GPU, but
-    the shim put the module on CPU, where torch refuses them; drop them there."""
+    the shim put the module on CPU, where torch refuses them; drop them there. Such a module
+    is the user's GPU module, so what DDP does only for GPU modules is a GPU's to do:
+
+    - a module holding ``SyncBatchNorm`` stops with NeedsGPU at the DDP call (torch's CPU
+      answer is "SyncBatchNorm layers only work with GPU modules", and its kernels are CUDA's);
+    - ``mixed_precision=`` stops with NeedsGPU at the first forward (DDP casts the parameters
+      on a side stream and waits on device events: "cpu backend doesn't support events");
+    - ``_get_ddp_logging_data()`` reports the dropped ``device_ids`` / ``output_device`` as
+      torch logs them for a GPU module (``"0"`` and 0), not the CPU module's ``""``.
+
+    A module that the user left on CPU (no ``device_ids``) is DDP's CPU case, untouched."""
     from torch.nn.parallel import DistributedDataParallel as DDP
 
     original = DDP.__init__
     signature = inspect.signature(original)
+    original_logging = DDP._get_ddp_logging_data
 
     def __init__(*args: Any, **kwargs: Any) -> None:  # noqa: N807  (DDP's own)
         bound = signature.bind(*args, **kwargs)
@@ -504,14 +600,73 @@ def _patch_ddp(shim: Shim) -> None:
         named = {k: bound.arguments.get(k) for k in ("device_ids", "output_device")}
         named = {k: v for k, v in named.items() if v is not None}
         params = list(module.parameters()) if module is not None else []
-        if named and params and all(p.device.type == "cpu" for p in params):
-            for key, value in named.items():
-                bound.arguments[key] = None
-                shim.ignored.append(Ignored("DistributedDataParallel", f"{key}={value!r}",
-                                            user_site()))
+        dropped = named if named and params and all(p.device.type == "cpu" for p in params) \
+            else {}
+        if dropped and _holds_sync_batch_norm(module):
+            raise NeedsGPU("torch.nn.SyncBatchNorm in DistributedDataParallel", user_site())
+        for key, value in dropped.items():
+            bound.arguments[key] = None
+            shim.ignored.append(Ignored("DistributedDataParallel", f"{key}={value!r}",
+                                        user_site()))
         original(*bound.args, **bound.kwargs)
+        if dropped:
+            self = bound.arguments["self"]
+            self.__dict__["_simharness_logged"] = _logged_devices(dropped, shim.current_device)
+            if bound.arguments.get("mixed_precision") is not None:
+                self._mp_stream = _RefusedStream(
+                    "DistributedDataParallel(mixed_precision=...) forward")
+
+    def _get_ddp_logging_data(self: Any) -> Any:
+        data = original_logging(self)
+        data.update(self.__dict__.get("_simharness_logged", {}))
+        return data
 
     _set(shim, DDP, "__init__", __init__)
+    _set(shim, DDP, "_get_ddp_logging_data", _get_ddp_logging_data)
+
+
+def _holds_sync_batch_norm(module: Any) -> bool:
+    import torch
+
+    return any(isinstance(m, torch.nn.SyncBatchNorm) for m in module.modules())
+
+
+def _logged_devices(dropped: dict[str, Any], current: int) -> dict[str, Any]:
+    """What DDP logs for the dropped ``device_ids`` / ``output_device`` on a GPU module:
+    ``device_ids`` joined by ``", "``, ``output_device`` an index (``device_ids[0]`` when not
+    given), as ``torch/nn/parallel/distributed.py`` normalises them.
+
+    >>> _logged_devices({"device_ids": ["cuda:1"]}, 0)
+    {'device_ids': '1', 'output_device': 1}
+    >>> _logged_devices({"device_ids": [0], "output_device": "cuda"}, 2)
+    {'device_ids': '0', 'output_device': 2}
+    """
+    ids = [_device_index(d, current) for d in dropped.get("device_ids") or []]
+    out: dict[str, Any] = {}
+    if ids:
+        out["device_ids"] = ", ".join(str(i) for i in ids)
+    given = dropped.get("output_device")
+    index = _device_index(given, current) if given is not None else (ids[0] if ids else None)
+    if index is not None:
+        out["output_device"] = index
+    return out
+
+
+class _RefusedStream:
+    """Stands for a CUDA side stream that a call made on the user's behalf: entering it
+    (``with stream:``) stops with NeedsGPU at the user's line."""
+
+    def __init__(self, call: str):
+        self.call = call
+
+    def __enter__(self) -> Any:
+        raise NeedsGPU(self.call, user_site())
+
+    def __exit__(self, *_exc: Any) -> None:
+        return None
+
+    def __deepcopy__(self, _memo: Any) -> _RefusedStream:
+        return self
 
 
 FSDP_INIT = "torch.distributed.fsdp._fully_shard._fsdp_init"
