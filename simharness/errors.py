@@ -68,3 +68,29 @@ class NeedsGPU(SimharnessError, RuntimeError):
 
     def __reduce__(self):  # picklable across processes with its three fields
         return (type(self), (self.call, self.where, self.why))
+
+
+def needs_gpu_in(exc: BaseException | None) -> NeedsGPU | None:
+    """The :class:`NeedsGPU` that ``exc`` is, or that it was raised from or while handling
+    (``__cause__`` / ``__context__``, even under ``from None``), else None. torch.compile
+    wraps an error raised while tracing in its own (``TorchRuntimeError``, ``from None``):
+    the stop is still the reason the test could not run.
+
+    >>> try:
+    ...     try:
+    ...         raise NeedsGPU("torch.cuda.Stream", "m.py:3")
+    ...     except NeedsGPU:
+    ...         raise RuntimeError("while tracing") from None
+    ... except RuntimeError as e:
+    ...     needs_gpu_in(e).call
+    'torch.cuda.Stream'
+    >>> needs_gpu_in(ValueError("x")) is None
+    True
+    """
+    seen: set[int] = set()
+    while exc is not None and id(exc) not in seen:
+        if isinstance(exc, NeedsGPU):
+            return exc
+        seen.add(id(exc))
+        exc = exc.__cause__ or exc.__context__
+    return None

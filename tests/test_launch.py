@@ -103,6 +103,18 @@ def test_rank_bootstrap_error_lines_and_argv(tmp_path):
                               str(tmp_path / "nope.py")], cwd=ROOT, env=env,
                              capture_output=True, text=True, timeout=60)
     assert missing.returncode == 2 and "nope.py' does not exist" in missing.stderr
+    # a shim stop that the script's own code (here as torch.compile does) re-raised as
+    # another error is still the rank's needs-GPU exit, with one line, not a traceback
+    wrapped = tmp_path / "wrapped.py"
+    wrapped.write_text("import torch\ntry:\n    torch.cuda.Stream()\nexcept RuntimeError:\n"
+                       "    raise RuntimeError('while tracing') from None\n")
+    stopped = subprocess.run([sys.executable, "-m", "simharness.launch.rank", "--shim", "--",
+                              str(wrapped)], cwd=ROOT, env=env, capture_output=True,
+                             text=True, timeout=120)
+    assert stopped.returncode == NEEDS_GPU_EXIT, stopped.stderr
+    assert re.search(r"^error: needs a real GPU: torch.cuda.Stream at \S*wrapped.py:3 .*"
+                     r"\(raised under RuntimeError\)$", stopped.stderr, re.M), stopped.stderr
+    assert "Traceback" not in stopped.stderr
 
 
 # -- the shim in one process (a child, so torch in the pytest worker stays unpatched) ------

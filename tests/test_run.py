@@ -139,6 +139,56 @@ def test_bad_input_is_one_error_line(args, message):
     assert "Traceback" not in out.stderr
 
 
+def _report_through_the_rank_hook(exc: BaseException):
+    """The per-rank plugin's makereport hook on a test call that raised ``exc``."""
+    from types import SimpleNamespace
+
+    from simharness.runtests.plugin import RankSession
+
+    call = SimpleNamespace(excinfo=pytest.ExceptionInfo.from_exception(exc), when="call")
+    item = SimpleNamespace(location=("t.py", 4, "test_x"))
+    rep = SimpleNamespace(outcome="failed", longrepr="traceback")
+    gen = RankSession.pytest_runtest_makereport(object.__new__(RankSession), item, call)
+    next(gen)
+    with pytest.raises(StopIteration):
+        gen.send(SimpleNamespace(get_result=lambda: rep))
+    return rep
+
+
+def _raised(make):
+    try:
+        make()
+    except BaseException as exc:  # noqa: BLE001  (the test's own exception)
+        return exc
+    raise AssertionError("nothing raised")
+
+
+def test_a_gpu_stop_that_torch_compile_wrapped_is_still_needs_gpu():
+    """torch.compile re-raises an error from tracing as its own (``TorchRuntimeError``,
+    ``from None``); the shim's stop inside it is still a needs-GPU skip, not a failure. A
+    plain error stays a failure."""
+    from simharness.errors import NeedsGPU
+
+    def wrapped():
+        try:
+            raise NeedsGPU("torch.cuda.Stream", "model.py:7")
+        except NeedsGPU:
+            raise RuntimeError("RuntimeError when making fake tensor call") from None
+
+    rep = _report_through_the_rank_hook(_raised(wrapped))
+    assert rep.outcome == "skipped"
+    assert rep.longrepr[2].startswith("needs GPU: needs a real GPU: torch.cuda.Stream at "
+                                      "model.py:7 ")
+    assert rep.longrepr[2].endswith("(raised under RuntimeError)")
+    plain = _report_through_the_rank_hook(_raised(lambda: 1 / 0))
+    assert (plain.outcome, plain.longrepr) == ("failed", "traceback")
+    def direct_stop():
+        raise NeedsGPU("torch.cuda.Event", "m.py:1")
+
+    direct = _report_through_the_rank_hook(_raised(direct_stop))
+    assert direct.outcome == "skipped" and "raised under" not in direct.longrepr[2]
+
+
 # -- real ranks -----------------------------------------------------------------------------
 
 @pytest.mark.launch

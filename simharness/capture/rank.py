@@ -293,12 +293,13 @@ def _lazy_subgroups() -> Any:
 
 # ----------------------------------------------------------------------- main
 def _classify(exc: BaseException, run: RankRun) -> dict[str, Any]:
-    from ..errors import NeedsGPU
+    from ..errors import needs_gpu_in
     from .runtime import _classify as classify
 
     out = classify(exc, run.rec)
-    if isinstance(exc, NeedsGPU):  # its own line names the call, the script line and why
-        out["kind"], out["message"] = "gpu-only", str(exc)
+    stop = needs_gpu_in(exc)
+    if stop is not None:  # its own line names the call, the script line and why
+        out["kind"], out["message"] = "gpu-only", str(stop)
     elif isinstance(exc, ImportError):
         out["kind"] = "import"
     elif out["kind"] == "gpu-only":  # the shim answers the GPU calls: a plain failure

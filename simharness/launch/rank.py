@@ -26,7 +26,7 @@ import runpy
 import sys
 from dataclasses import dataclass
 
-from ..errors import NeedsGPU, SimharnessError
+from ..errors import SimharnessError, needs_gpu_in
 from .env import RankEnv, slurm_environ
 
 #: Exit status of a rank whose target stopped on NeedsGPU (automake's "skipped").
@@ -114,15 +114,19 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     try:
         run_target(rank_args)
-    except NeedsGPU as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return NEEDS_GPU_EXIT
     except SystemExit as exc:
         code = exc.code
         if code is None or isinstance(code, int):
             return code or 0
         print(code, file=sys.stderr)
         return 1
+    except Exception as exc:
+        stop = needs_gpu_in(exc)  # also one that torch.compile wrapped in its own error
+        if stop is None:
+            raise
+        under = "" if stop is exc else f" (raised under {type(exc).__name__})"
+        print(f"error: {stop}{under}", file=sys.stderr)
+        return NEEDS_GPU_EXIT
     finally:
         _report_ignored()
     return 0
