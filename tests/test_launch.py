@@ -313,6 +313,9 @@ out.append(torch.equal(torch.compile(lin)(x), lin(x)))
 # torch's own test code is the caller: the stop names its line, not the code that called it
 testing = os.path.join(os.path.dirname(torch.__file__), "testing", "_simharness_case.py")
 step(lambda: exec(compile("\\n\\nDDP(bn_net().cuda(), device_ids=[0])\\n", testing, "exec")))
+# the allocator calls answer as before the allocator starts, as torch.cuda.empty_cache does
+step(lambda: torch.accelerator.empty_cache())
+out.append(dict(torch.accelerator.memory_stats()))
 dist.destroy_process_group()
 s.uninstall()
 step(lambda: torch.accelerator.current_stream())
@@ -341,8 +344,9 @@ def test_shim_ddp_gpu_only_features_need_gpu_and_cpu_modules_keep_torch_errors()
     assert got[10] is True
     assert got[11][0] == "torch.nn.SyncBatchNorm in DistributedDataParallel"
     assert got[11][1].endswith(f"{testing}:3"), got[11]
-    assert got[12] == ["RuntimeError", "Cannot access accelerator device when none is available."]
-    assert len(got) == 13
+    assert got[12:14] == ["ok", {}]
+    assert got[14] == ["RuntimeError", "Cannot access accelerator device when none is available."]
+    assert len(got) == 15
 
 
 def test_map_backend_keeps_other_backends():

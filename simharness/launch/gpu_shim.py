@@ -72,13 +72,15 @@ Refused with :class:`~simharness.errors.NeedsGPU`: ``torch.cuda.Stream``, ``Even
 ``get_device_properties``, ``mem_get_info``, ``get_rng_state``, ``set_rng_state``, and every
 other call that reaches CUDA initialisation (``torch.cuda._lazy_init``); ``torch.accelerator``'s
 device calls (``current_device_index``, ``set_device_index``, ``device_index``,
-``current_stream``, ``set_stream``, ``synchronize``, ``get_device_capability``, its memory
-calls: :data:`ACCELERATOR_DEVICE_CALLS`), where torch would raise "Cannot access accelerator
-device when none is available"; and what DDP does only for a GPU module, on a module whose
-``device_ids`` the shim dropped: a module holding ``torch.nn.SyncBatchNorm`` (at the DDP call;
-torch's CPU answer is "SyncBatchNorm layers only work with GPU modules") and
-``mixed_precision=`` (at the first forward: DDP casts on a side stream and waits on device
-events, which a CPU rank does not have). A module that the user left on CPU (no
+``current_stream``, ``set_stream``, ``synchronize``, ``get_device_capability``,
+``get_memory_info``: :data:`ACCELERATOR_DEVICE_CALLS`), where torch would raise "Cannot access
+accelerator device when none is available" (the allocator answers as before its first
+allocation: ``torch.accelerator.empty_cache()`` a no-op, ``memory_stats()`` empty); and
+what DDP does only for a GPU module, on a module whose ``device_ids`` the shim dropped: a
+module holding ``torch.nn.SyncBatchNorm`` (at the DDP call; torch's CPU answer is
+"SyncBatchNorm layers only work with GPU modules") and ``mixed_precision=`` (at the first
+forward: DDP casts on a side stream and waits on device events, which a CPU rank does not
+have). A module that the user left on CPU (no
 ``device_ids``) gets torch's own CPU errors for both, as without the shim.
 
 The ``file:line`` of a stop is the innermost frame outside torch and the shim; torch's own test
@@ -123,7 +125,7 @@ REFUSED_CUDA = ("Stream", "Event", "current_stream", "default_stream", "stream",
 ACCELERATOR_DEVICE_CALLS = tuple(f"_accelerator_{n}" for n in (
     "getDeviceIndex", "setDeviceIndex", "exchangeDevice", "maybeExchangeDevice", "getStream",
     "setStream", "synchronizeDevice", "getDeviceCapability", "getMemoryInfo", "getDeviceStats",
-    "emptyCache", "isAllocatorInitialized"))
+    "emptyCache"))
 #: torch.distributed calls whose backend / options are mapped.
 MAPPED_DIST = ("init_process_group", "new_group", "split_group")
 
@@ -449,13 +451,18 @@ def _patch_accelerator(shim: Shim) -> None:
     memory): torch still says there is no accelerator (``is_available()`` False,
     ``current_accelerator()`` None), so code that asks first keeps its CPU path; a call
     that needs the device (on a GPU: the rank's CUDA device) stops with NeedsGPU instead of
-    torch's "Cannot access accelerator device when none is available". The C functions are
-    replaced, not the Python ones, which dynamo knows by identity."""
+    torch's "Cannot access accelerator device when none is available". The allocator says
+    it has not started (``_accelerator_isAllocatorInitialized`` False), so
+    ``torch.accelerator.empty_cache()`` is a no-op and ``memory_stats()`` empty, torch's own
+    answers before the first allocation (as ``torch.cuda.empty_cache`` is a no-op here).
+    The C functions are replaced, not the Python ones, which dynamo knows by identity."""
     import torch
 
     for name in ACCELERATOR_DEVICE_CALLS:
         if hasattr(torch._C, name):
             _set(shim, torch._C, name, _accelerator_refuser(name))
+    if hasattr(torch._C, "_accelerator_isAllocatorInitialized"):
+        _set(shim, torch._C, "_accelerator_isAllocatorInitialized", lambda: False)
 
 
 def _accelerator_refuser(name: str) -> Callable[..., Any]:
