@@ -349,6 +349,34 @@ def test_shim_ddp_gpu_only_features_need_gpu_and_cpu_modules_keep_torch_errors()
     assert len(got) == 15
 
 
+def test_nccl_settings_from_the_environment_and_nccl_config_files(tmp_path):
+    """What NCCL would have read, reported as ignored: NCCL_* / TORCH_NCCL_* variables (not
+    torchrun's own), then $NCCL_CONF_FILE, or HOME/.nccl.conf when it is unset or empty."""
+    from simharness.launch.gpu_shim import nccl_settings
+
+    home = tmp_path / "home"
+    home.mkdir()
+    (home / ".nccl.conf").write_text("# comment\nNCCL_IB_HCA=mlx5_0\nnot a setting\n")
+    conf = tmp_path / "site.conf"
+    conf.write_text("NCCL_ALGO=Ring\nNCCL_PROTO=Simple\n")
+    env = {"NCCL_SOCKET_IFNAME": "eth0", "TORCH_NCCL_BLOCKING_WAIT": "1",
+           "TORCH_NCCL_ASYNC_ERROR_HANDLING": "1", "PATH": "/bin", "NCCL_CONF_FILE": str(conf)}
+    got = [(i.call, i.detail) for i in nccl_settings(env, str(home))]
+    assert got[0] == ("NCCL environment", f"NCCL_CONF_FILE={str(conf)[:40]}, "
+                      "NCCL_SOCKET_IFNAME=eth0, TORCH_NCCL_BLOCKING_WAIT=1 "
+                      "(gloo runs the collectives)")
+    assert got[1] == ("NCCL config file", f"{conf}: NCCL_ALGO=Ring, NCCL_PROTO=Simple "
+                      "(gloo runs the collectives)")
+    home_only = [(i.call, i.detail) for i in nccl_settings({"NCCL_CONF_FILE": ""}, str(home))]
+    assert home_only[-1] == ("NCCL config file", f"{home / '.nccl.conf'}: NCCL_IB_HCA=mlx5_0 "
+                             "(gloo runs the collectives)")
+    many = {f"NCCL_X{i}": "1" for i in range(9)}
+    assert nccl_settings(many, None, shown=6)[0].detail.endswith(
+        "NCCL_X5=1 and 3 more (gloo runs the collectives)")
+    assert [i for i in nccl_settings({"PATH": "/bin"}, str(tmp_path)) if
+            i.call == "NCCL environment"] == []
+
+
 def test_map_backend_keeps_other_backends():
     from simharness.launch.gpu_shim import map_backend
 
@@ -360,10 +388,11 @@ def test_map_backend_keeps_other_backends():
 # -- launcher: real ranks through torch's elastic agent --------------------------------------
 
 @pytest.mark.launch
-def test_gpu_style_script_runs_unedited_on_four_cpu_ranks():
+def test_gpu_style_script_runs_unedited_on_four_cpu_ranks(monkeypatch):
     """set_device, nccl + device_id, pg_options, split_group, new_subgroups, a cuda
     DeviceMesh, CUDA tensors and object collectives; then a Stream stops every rank with
     NeedsGPU (exit 77). The environment is torchrun's, and each rank its own hash seed."""
+    monkeypatch.setenv("NCCL_ALGO", "Ring")  # an NCCL setting: gloo ignores it, and says so
     res, text = launch_in_child([str(SCRIPTS / "gpu_style.py"), "--stream"], 4)
     # the agent stops the others once it sees the first rank's 77 (they may be exiting too)
     codes = dict(res["ranks"])
@@ -395,7 +424,8 @@ def test_gpu_style_script_runs_unedited_on_four_cpu_ranks():
                  "init_process_group: device_id=device(type='cuda', index=0)",
                  "new_group: backend 'nccl' (runs on gloo) (2x)",
                  "new_group: pg_options=ProcessGroupNCCL.Options({'is_high_priority_stream': "
-                 "True, 'cga_cluster_size': 2}) (2x)"):
+                 "True, 'cga_cluster_size': 2}) (2x)",
+                 "NCCL environment: NCCL_ALGO=Ring"):
         assert part in ignored[0], ignored[0]
 
 

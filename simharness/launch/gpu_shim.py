@@ -61,6 +61,10 @@ called by torch._dynamo                          around each compile): an empty 
 ``torch.profiler.profile(activities=[..CUDA])``  the CUDA activity dropped (as torch does
 (and ``torch.autograd.profiler.profile``)        without CUDA): CPU events only, listed as
                                                  ignored
+NCCL's settings: ``NCCL_*``,                     listed as ignored (:func:`nccl_settings`),
+``TORCH_NCCL_*`` variables, the files            each with its value: gloo runs the
+``$NCCL_CONF_FILE`` (else ``~/.nccl.conf``),     collectives
+``/etc/nccl.conf``
 ``TORCH_GLOO_LAZY_INIT``                         left as it is (gloo's default: each group
                                                  connects all its pairs at creation); with
                                                  ``lazy_gloo`` (capture) set to 1 unless
@@ -322,12 +326,65 @@ def install(local_rank: int, local_world_size: int, *, lazy_gloo: bool = False,
             if compute_stops:
                 _patch_fsdp(shim)
             _enter_tensor_mode(shim, compute_stops)
+            shim.ignored.extend(nccl_settings(os.environ, _home_dir()))
         except BaseException:
             while shim._undo:
                 shim._undo.pop()()
             raise
         _ACTIVE = shim
         return shim
+
+
+#: Set by torchrun (and :mod:`simharness.launch.env`) for every job: not the user's setting.
+TORCHRUN_NCCL_VARS = frozenset({"TORCH_NCCL_ASYNC_ERROR_HANDLING"})
+
+
+def nccl_settings(environ: Any, home: str | None, shown: int = 6) -> list[Ignored]:
+    """NCCL's own settings that a rank would have had and gloo ignores, as :class:`Ignored`:
+    ``NCCL_*`` and ``TORCH_NCCL_*`` (ProcessGroupNCCL's) environment variables, and the
+    settings of the NCCL config files NCCL would read, in its order (NCCL v2.28.3-1
+    ``src/misc/param.cc:53-67``): ``$NCCL_CONF_FILE`` when set and not empty, else
+    ``HOME/.nccl.conf`` (``home``: the user's entry in the password database, as NCCL takes
+    it), then ``/etc/nccl.conf``. A file line is ``NAME=VALUE``; ``#`` lines and lines without
+    ``=`` are skipped (``param.cc:26-51``). ``shown`` names at most that many per item.
+
+    >>> [str(i) for i in nccl_settings({"NCCL_ALGO": "Ring", "PATH": "/bin"}, None)]
+    ['NCCL environment: NCCL_ALGO=Ring (gloo runs the collectives) ignored at environment']
+    """
+    def listing(pairs: list[tuple[str, str]]) -> str:
+        text = ", ".join(f"{k}={v[:40]}" for k, v in pairs[:shown])
+        more = f" and {len(pairs) - shown} more" if len(pairs) > shown else ""
+        return f"{text}{more} (gloo runs the collectives)"
+
+    out = []
+    env = sorted((k, str(v)) for k, v in environ.items()
+                 if k.startswith(("NCCL_", "TORCH_NCCL_")) and k not in TORCHRUN_NCCL_VARS)
+    if env:
+        out.append(Ignored("NCCL environment", listing(env), "environment"))
+    user = environ.get("NCCL_CONF_FILE") or (os.path.join(home, ".nccl.conf") if home else None)
+    for path in (user, "/etc/nccl.conf"):
+        if not path:
+            continue
+        try:
+            with open(path, encoding="utf-8", errors="replace") as fh:
+                lines = fh.read().splitlines()
+        except OSError:
+            continue
+        pairs = [(ln.split("=", 1)[0], ln.split("=", 1)[1]) for ln in lines
+                 if ln and not ln.startswith("#") and "=" in ln]
+        if pairs:
+            out.append(Ignored("NCCL config file", f"{path}: {listing(pairs)}", path))
+    return out
+
+
+def _home_dir() -> str | None:
+    """The user's home directory as NCCL finds it (``getpwuid(getuid())->pw_dir``)."""
+    try:
+        import pwd
+
+        return pwd.getpwuid(os.getuid()).pw_dir
+    except (ImportError, KeyError):
+        return None
 
 
 def _unset_env(name: str) -> None:
