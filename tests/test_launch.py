@@ -492,3 +492,25 @@ def test_monitored_barrier_names_an_absent_rank_at_once(lazy, monkeypatch):
     assert dict(res["ranks"]) == {0: 0, 1: 0}, text
     assert [int(i) for i, _ in named] == list(range(8)), text
     assert all(float(s) < 5 for _, s in named), text
+
+
+@pytest.mark.launch
+def test_megatron_nccl_communicator_config_file_is_accepted_and_listed(tmp_path):
+    """megatron-core's own initialize_model_parallel with nccl_communicator_config_path
+    (a YAML of per-group NCCL options): the groups are built on gloo and compute, and the
+    options megatron-core read from the file are listed as ignored, with their values."""
+    pytest.importorskip("megatron.core.parallel_state")
+    conf = tmp_path / "comm.yaml"
+    conf.write_text("tp:\n  cga_cluster_size: 2\n  max_ctas: 8\n  min_ctas: 2\n"
+                    "  net_name: IB\ndp:\n  is_high_priority_stream: true\n")
+    res, text = launch_in_child([str(SCRIPTS / "megatron_comm_config.py"), str(conf)], 2)
+    assert res["exit"] == 0, text
+    assert text.count("TP ranks=[0, 1] sum=3") == 2, text
+    ignored = re.findall(r"\[rank0\]:simharness shim: ignored \(GPU-only, not run on CPU\): (.*)",
+                         text)
+    assert len(ignored) == 1, text
+    assert ("new_group: pg_options=ProcessGroupNCCL.Options({'is_high_priority_stream': False, "
+            "'cga_cluster_size': 2, 'max_ctas': 8, 'min_ctas': 2, 'net_name': 'IB'})"
+            ) in ignored[0], ignored[0]
+    assert "pg_options=ProcessGroupNCCL.Options({'is_high_priority_stream': True}) (2x)" \
+        in ignored[0], ignored[0]
