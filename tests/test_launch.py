@@ -313,6 +313,12 @@ out.append(torch.equal(torch.compile(lin)(x), lin(x)))
 # torch's own test code is the caller: the stop names its line, not the code that called it
 testing = os.path.join(os.path.dirname(torch.__file__), "testing", "_simharness_case.py")
 step(lambda: exec(compile("\\n\\nDDP(bn_net().cuda(), device_ids=[0])\\n", testing, "exec")))
+# a module the user moved to CUDA is a GPU module without device_ids too
+step(lambda: DDP(bn_net().cuda()))  # STOP torch.nn.SyncBatchNorm in DistributedDataParallel
+step(lambda: DDP(bn_net().to("cuda:1")))  # STOP torch.nn.SyncBatchNorm in DistributedDataParallel
+moved = DDP(nn.Linear(1, 5).to(1), mixed_precision=fp16)
+step(lambda: moved(x1))  # STOP DistributedDataParallel(mixed_precision=...) forward
+step(lambda: DDP(bn_net().to(torch.float64)))  # a dtype is no device: torch's CPU error
 # the allocator calls answer as before the allocator starts, as torch.cuda.empty_cache does
 step(lambda: torch.accelerator.empty_cache())
 out.append(dict(torch.accelerator.memory_stats()))
@@ -344,9 +350,11 @@ def test_shim_ddp_gpu_only_features_need_gpu_and_cpu_modules_keep_torch_errors()
     assert got[10] is True
     assert got[11][0] == "torch.nn.SyncBatchNorm in DistributedDataParallel"
     assert got[11][1].endswith(f"{testing}:3"), got[11]
-    assert got[12:14] == ["ok", {}]
-    assert got[14] == ["RuntimeError", "Cannot access accelerator device when none is available."]
-    assert len(got) == 15
+    assert got[12:15] == stops[5:8]
+    assert got[15] == ["ValueError", "SyncBatchNorm layers only work with GPU modules"]
+    assert got[16:18] == ["ok", {}]
+    assert got[18] == ["RuntimeError", "Cannot access accelerator device when none is available."]
+    assert len(got) == 19
 
 
 def test_nccl_settings_from_the_environment_and_nccl_config_files(tmp_path):

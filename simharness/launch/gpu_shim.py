@@ -80,12 +80,13 @@ device calls (``current_device_index``, ``set_device_index``, ``device_index``,
 ``get_memory_info``: :data:`ACCELERATOR_DEVICE_CALLS`), where torch would raise "Cannot access
 accelerator device when none is available" (the allocator answers as before its first
 allocation: ``torch.accelerator.empty_cache()`` a no-op, ``memory_stats()`` empty); and
-what DDP does only for a GPU module, on a module whose ``device_ids`` the shim dropped: a
+what DDP does only for a GPU module, on a module whose ``device_ids`` the shim dropped or
+that the user moved to CUDA (``Module.cuda()``, ``.to("cuda")``, ``.to(rank)``): a
 module holding ``torch.nn.SyncBatchNorm`` (at the DDP call; torch's CPU answer is
 "SyncBatchNorm layers only work with GPU modules") and ``mixed_precision=`` (at the first
 forward: DDP casts on a side stream and waits on device events, which a CPU rank does not
-have). A module that the user left on CPU (no
-``device_ids``) gets torch's own CPU errors for both, as without the shim.
+have). A module that the user left on CPU gets torch's own CPU errors for both, as
+without the shim.
 
 The ``file:line`` of a stop is the innermost frame outside torch and the shim; torch's own test
 code (``torch/testing``, e.g. ``distributed_test.py``) counts as the caller's.
@@ -651,8 +652,28 @@ def _patch_ddp(shim: Shim) -> None:
     - ``_get_ddp_logging_data()`` reports the dropped ``device_ids`` / ``output_device`` as
       torch logs them for a GPU module (``"0"`` and 0), not the CPU module's ``""``.
 
-    A module that the user left on CPU (no ``device_ids``) is DDP's CPU case, untouched."""
+    A module the user moved to a CUDA device (``Module.cuda()``, ``.to("cuda")``, ``.to(r)``)
+    is a GPU module too, with or without ``device_ids`` (DDP takes a single-device GPU module
+    without them). A module that the user left on CPU is DDP's CPU case, untouched."""
+    import torch
     from torch.nn.parallel import DistributedDataParallel as DDP
+
+    module_cuda, module_to = torch.nn.Module.cuda, torch.nn.Module.to
+
+    def cuda(self: Any, device: Any = None) -> Any:
+        out = module_cuda(self, device)
+        self.__dict__[_MOVED_TO_CUDA] = True
+        return out
+
+    def to(self: Any, *args: Any, **kwargs: Any) -> Any:
+        out = module_to(self, *args, **kwargs)
+        if any(not isinstance(a, bool) and _device_index(a, 0) is not None
+               for a in (*args, kwargs.get("device"))):
+            self.__dict__[_MOVED_TO_CUDA] = True
+        return out
+
+    _set(shim, torch.nn.Module, "cuda", cuda)
+    _set(shim, torch.nn.Module, "to", to)
 
     original = DDP.__init__
     signature = inspect.signature(original)
@@ -666,19 +687,20 @@ def _patch_ddp(shim: Shim) -> None:
         params = list(module.parameters()) if module is not None else []
         dropped = named if named and params and all(p.device.type == "cpu" for p in params) \
             else {}
-        if dropped and _holds_sync_batch_norm(module):
+        gpu_module = bool(dropped) or (module is not None and any(
+            m.__dict__.get(_MOVED_TO_CUDA) for m in module.modules()))
+        if gpu_module and _holds_sync_batch_norm(module):
             raise NeedsGPU("torch.nn.SyncBatchNorm in DistributedDataParallel", user_site())
         for key, value in dropped.items():
             bound.arguments[key] = None
             shim.ignored.append(Ignored("DistributedDataParallel", f"{key}={value!r}",
                                         user_site()))
         original(*bound.args, **bound.kwargs)
+        self = bound.arguments["self"]
         if dropped:
-            self = bound.arguments["self"]
             self.__dict__["_simharness_logged"] = _logged_devices(dropped, shim.current_device)
-            if bound.arguments.get("mixed_precision") is not None:
-                self._mp_stream = _RefusedStream(
-                    "DistributedDataParallel(mixed_precision=...) forward")
+        if gpu_module and bound.arguments.get("mixed_precision") is not None:
+            self._mp_stream = _RefusedStream("DistributedDataParallel(mixed_precision=...) forward")
 
     def _get_ddp_logging_data(self: Any) -> Any:
         data = original_logging(self)
@@ -687,6 +709,10 @@ def _patch_ddp(shim: Shim) -> None:
 
     _set(shim, DDP, "__init__", __init__)
     _set(shim, DDP, "_get_ddp_logging_data", _get_ddp_logging_data)
+
+
+#: Set in a module's ``__dict__`` when the user moved it to a CUDA device (it is on CPU).
+_MOVED_TO_CUDA = "_simharness_moved_to_cuda"
 
 
 def _holds_sync_batch_norm(module: Any) -> bool:
