@@ -94,3 +94,25 @@ def needs_gpu_in(exc: BaseException | None) -> NeedsGPU | None:
         seen.add(id(exc))
         exc = exc.__cause__ or exc.__context__
     return None
+
+
+def needs_gpu_message(exc: BaseException | None) -> str | None:
+    """The line for the :class:`NeedsGPU` in ``exc`` (:func:`needs_gpu_in`), naming the error
+    it was raised under when another error wraps it; None when there is none.
+
+    >>> needs_gpu_message(NeedsGPU("torch.cuda.Event", "m.py:1"))[:47]
+    'needs a real GPU: torch.cuda.Event at m.py:1 (t'
+    >>> try:
+    ...     try:
+    ...         raise NeedsGPU("torch.cuda.Stream", "m.py:3", "why")
+    ...     except NeedsGPU:
+    ...         raise KeyError("x") from None
+    ... except KeyError as e:
+    ...     needs_gpu_message(e)
+    'needs a real GPU: torch.cuda.Stream at m.py:3 (why) (raised under KeyError)'
+    """
+    stop = needs_gpu_in(exc)
+    if stop is None:
+        return None
+    under = "" if stop is exc else f" (raised under {type(exc).__name__})"
+    return f"{stop}{under}"

@@ -193,6 +193,21 @@ def test_shim_in_process_maps_refuses_and_uninstalls():
     assert "Failed to record CUDA event" not in out.stderr, out.stderr
 
 
+# The in-process shim scripts record each step: "ok", [NeedsGPU's call, its file:line], or
+# [the exception's type, its message].
+SHIM_STEP = """out = []
+
+
+def step(f):
+    try:
+        f()
+        out.append("ok")
+    except NeedsGPU as e:
+        out.append([e.call, e.where])
+    except Exception as e:
+        out.append([type(e).__name__, str(e)])
+"""
+
 # With compute_stops (what capture installs): CUDA tensors may be created, moved, copied and
 # communicated; compute on one stops with NeedsGPU naming the line. Lines marked STOP must stop
 # with that op (on a GPU they run a kernel on CUDA memory); every other step must pass.
@@ -207,16 +222,7 @@ from simharness.errors import NeedsGPU
 from simharness.launch import gpu_shim
 
 s = gpu_shim.install(0, 1, compute_stops=True)
-out = []
-
-
-def step(f):
-    try:
-        f()
-        out.append("ok")
-    except NeedsGPU as e:
-        out.append([e.call, int(e.where.rsplit(":", 1)[1])])
-
+""" + SHIM_STEP + """
 
 host = torch.ones(4)
 dev = torch.zeros(4, device="cuda")
@@ -249,8 +255,8 @@ def test_capture_shim_stops_compute_on_cuda_tensors_and_only_that():
     assert out.returncode == 0, out.stderr
     lines = SHIM_COMPUTE_STOPS.splitlines()
     steps = [(i, ln) for i, ln in enumerate(lines, 1) if ln.startswith("step(")]
-    want = [[f"{ln.split('# STOP ')[1].split()[0]} on a CUDA tensor", i] if "# STOP" in ln
-            else "ok" for i, ln in steps]
+    want = [[f"{ln.split('# STOP ')[1].split()[0]} on a CUDA tensor", f"<string>:{i}"]
+            if "# STOP" in ln else "ok" for i, ln in steps]
     assert json.loads(out.stdout) == want
 
 
@@ -273,18 +279,7 @@ from simharness.launch import gpu_shim
 
 s = gpu_shim.install(0, 2)
 dist.init_process_group("nccl", store=dist.HashStore(), rank=0, world_size=1)
-out = []
-
-
-def step(f):
-    try:
-        f()
-        out.append("ok")
-    except NeedsGPU as e:
-        out.append([e.call, e.where])
-    except Exception as e:
-        out.append([type(e).__name__, str(e)])
-
+""" + SHIM_STEP + """
 
 def bn_net():
     return nn.Sequential(nn.Linear(2, 2), nn.SyncBatchNorm(2))

@@ -293,13 +293,13 @@ def _lazy_subgroups() -> Any:
 
 # ----------------------------------------------------------------------- main
 def _classify(exc: BaseException, run: RankRun) -> dict[str, Any]:
-    from ..errors import needs_gpu_in
+    from ..errors import needs_gpu_message
     from .runtime import _classify as classify
 
     out = classify(exc, run.rec)
-    stop = needs_gpu_in(exc)
+    stop = needs_gpu_message(exc)
     if stop is not None:  # its own line names the call, the script line and why
-        out["kind"], out["message"] = "gpu-only", str(stop)
+        out["kind"], out["message"] = "gpu-only", stop
     elif isinstance(exc, ImportError):
         out["kind"] = "import"
     elif out["kind"] == "gpu-only":  # the shim answers the GPU calls: a plain failure

@@ -371,8 +371,8 @@ def nccl_settings(environ: Any, home: str | None, shown: int = 6) -> list[Ignore
                 lines = fh.read().splitlines()
         except OSError:
             continue
-        pairs = [(ln.split("=", 1)[0], ln.split("=", 1)[1]) for ln in lines
-                 if ln and not ln.startswith("#") and "=" in ln]
+        pairs = [(name, value) for name, _, value in (
+            ln.partition("=") for ln in lines if not ln.startswith("#") and "=" in ln)]
         if pairs:
             out.append(Ignored("NCCL config file", f"{path}: {listing(pairs)}", path))
     return out

@@ -26,7 +26,7 @@ import runpy
 import sys
 from dataclasses import dataclass
 
-from ..errors import SimharnessError, needs_gpu_in
+from ..errors import SimharnessError, needs_gpu_message
 from .env import RankEnv, slurm_environ
 
 #: Exit status of a rank whose target stopped on NeedsGPU (automake's "skipped").
@@ -121,11 +121,10 @@ def main(argv: list[str] | None = None) -> int:
         print(code, file=sys.stderr)
         return 1
     except Exception as exc:
-        stop = needs_gpu_in(exc)  # also one that torch.compile wrapped in its own error
+        stop = needs_gpu_message(exc)  # also one that torch.compile wrapped in its own error
         if stop is None:
             raise
-        under = "" if stop is exc else f" (raised under {type(exc).__name__})"
-        print(f"error: {stop}{under}", file=sys.stderr)
+        print(f"error: {stop}", file=sys.stderr)
         return NEEDS_GPU_EXIT
     finally:
         _report_ignored()

@@ -44,7 +44,7 @@ from typing import Any
 
 import pytest
 
-from ..errors import needs_gpu_in
+from ..errors import needs_gpu_message
 from ..resources import proc_kib
 from .verdicts import NEEDS_GPU_PREFIX
 
@@ -309,14 +309,11 @@ class RankSession:
     def pytest_runtest_makereport(self, item: pytest.Item, call: pytest.CallInfo):
         outcome = yield
         rep = outcome.get_result()
-        stop = needs_gpu_in(call.excinfo.value) if call.excinfo is not None else None
+        stop = needs_gpu_message(call.excinfo.value) if call.excinfo is not None else None
         if stop is not None:
-            assert call.excinfo is not None
             rep.outcome = "skipped"
             path, line = item.location[0], (item.location[1] or 0) + 1
-            wrapped = call.excinfo.value is not stop
-            under = f" (raised under {call.excinfo.typename})" if wrapped else ""
-            rep.longrepr = (str(path), line, f"{NEEDS_GPU_PREFIX}{stop}{under}")
+            rep.longrepr = (str(path), line, f"{NEEDS_GPU_PREFIX}{stop}")
 
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
         self.reports.setdefault(report.nodeid, []).append(report)
