@@ -7,8 +7,8 @@ the communicators that run at once:
 - *one communicator*: NCCL runs a communicator's collectives one after another
   (NVIDIA/nccl#574): each communicator is one FIFO queue;
 - *links*: collectives moving data at the same time share the links they both
-  use max-min fairly (:func:`~simharness.topology.cost.maxmin_rates` over every group of the kinds
-  moving data);
+  use max-min fairly (:func:`~simharness.topology.cost.maxmin_rates` over every
+  group of the kinds moving data);
 - *SMs*: an NCCL kernel holds one CTA per channel of its plan
   (:attr:`~simharness.topology.nccl_model.Estimate.n_channels`); compute runs at
   ``1 - (CTAs running) / SMs`` of its speed (only when the topology gives

@@ -3,7 +3,10 @@
 It prices every collective of every stage (:mod:`.pricing`), builds the units of
 the schedule (:mod:`.schedules`), runs them with one communicator and with a
 separate all-gather communicator under every sharing assumption
-(:mod:`.engine`), and reports the slowest stage (:mod:`.report`).
+(:mod:`.engine`), and reports the slowest stage (:mod:`.report`). Each
+collective costs what NCCL's model says for its group and size
+(:mod:`simharness.topology.nccl_model`). Ranks with equal costs are simulated
+once; the slowest rank sets a stage's step, the slowest stage the job's.
 """
 
 from __future__ import annotations

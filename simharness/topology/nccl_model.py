@@ -12,6 +12,9 @@ Its inputs are NCCL's graph search (:mod:`.nccl_graph`): per algorithm the
 channels, ``bwIntra``/``bwInter``, pattern and path types, and
 ``comm->nChannels``. The ring figure is capped by what the links deliver
 (:mod:`.cost`'s link model, shared when other groups run).
+The constants it prices with (and the name / size / release checks) are in
+:mod:`.nccl_tuning`; the launch and pipeline fill added to NCCL's own time are in
+:mod:`.nccl_ramp`.
 
 Sources (NVIDIA/nccl ``src/graph/tuning.cc``, 2.28 line numbers unless noted):
 
