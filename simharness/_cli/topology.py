@@ -1,8 +1,9 @@
 """``simharness topology list|show|cost``, ``simharness place``, ``simharness simulate``.
 
-The commands parse flags, call :mod:`simharness.topology` and format the
-result; the work is in :func:`place_report` and :func:`simulate_report`, which
-take a ready layout (and are what the tests call).
+The commands parse flags, call :mod:`simharness.topology` (placement, and
+:func:`~simharness.topology.sizing.cluster_for` for the cluster size) and
+:mod:`simharness.step` (the step model), and format the result;
+:func:`place_report` and :func:`simulate_report` take a ready layout.
 """
 
 from __future__ import annotations
@@ -13,13 +14,13 @@ from typing import Any
 
 import click
 
+from ..step import SCHEDULES, SimulateInputs, job_stages, place_and_simulate
 from ..topology import TopologyError, list_topologies, load_cluster, load_spec
 from ..topology.cluster import Cluster
 from ..topology.draw import write_picture
 from ..topology.locality import analyse
-from ..topology.overlap import SCHEDULES, simulate
 from ..topology.placement import place_layout, read_hosts
-from ..topology.workload import job_stages
+from ..topology.sizing import cluster_for
 from .common import config_options, layout_from_options, output_options
 from .output import echo, echo_findings, findings_exit_code, findings_verdict, render_table, to_json
 
@@ -107,9 +108,10 @@ def place_json(report: dict) -> dict:
 
 
 def simulate_report(layout, cluster: Cluster, *, hosts=None, first_device=None, **model) -> Any:
-    """:func:`simharness.topology.overlap.simulate` after placing ``layout``."""
-    placement = place_layout(layout, cluster, first_device=first_device, hosts=hosts)
-    return simulate(layout, placement, **model)
+    """:func:`simharness.step.simulate` after placing ``layout``; ``model``: the fields of
+    :class:`~simharness.step.SimulateInputs`."""
+    return place_and_simulate(layout, cluster, SimulateInputs(**model), hosts=hosts,
+                              first_device=first_device)
 
 
 def format_simulate(rep, cluster: Cluster, *, quiet: bool = False, explain: bool = False) -> str:
@@ -190,7 +192,8 @@ def _layout_and_cluster(topology: str, kwargs: dict, *, hosts_list, first_device
     ``--nodes`` sizes the cluster; without ``--world-size`` the world fills it
     (nodes x the topology's GPUs per node). With neither (nor ``--config`` or
     ``--hosts``) the cluster is the file's ``default_nodes``. Otherwise the
-    cluster has just enough nodes for the ranks (or the host list).
+    cluster has just enough nodes for the ranks (or the host list):
+    :func:`~simharness.topology.sizing.cluster_for`.
     """
     spec = load_spec(topology)
     gpn = spec.node.gpus
@@ -218,29 +221,9 @@ def _layout_and_cluster(topology: str, kwargs: dict, *, hosts_list, first_device
     if world_given:
         opts["nodes"] = None  # --nodes sizes the cluster, --world-size the layout
     layout = layout_from_options(**opts)
-    if nodes is None:  # derived: errors must not name a --nodes the user never gave
-        last = (layout.rank_offset if first_device is None else first_device) + layout.world_size
-        n_hosts = len(set(hosts_list)) if hosts_list else 0
-        nodes = max(-(-last // gpn), n_hosts, 1)
-        limit = _node_limit(spec)
-        if limit is not None and nodes > limit:
-            why = (f"--hosts names {n_hosts} hosts" if n_hosts > -(-last // gpn) else
-                   f"{last} ranks need {nodes} nodes of {gpn} GPUs")
-            raise TopologyError(
-                f"{why}, but topology {spec.name!r} holds at most {limit} node(s) "
-                f"({limit * gpn} GPUs); pick a bigger topology (simharness topology list) or "
-                f"a world of at most {limit * gpn - (last - layout.world_size)} ranks")
-    return layout, load_cluster(spec, nodes)
-
-
-def _node_limit(spec) -> int | None:
-    """The most nodes ``spec`` can hold (the limits :class:`Cluster` enforces), or None."""
-    limits = [spec.max_nodes] if spec.max_nodes is not None else []
-    if spec.scale_out is None:
-        limits.append(spec.nodes_per_domain)
-    elif len(spec.scale_out.tiers) == 1:
-        limits.append(spec.scale_out.nodes_per_leaf)
-    return min(limits) if limits else None
+    # derived (nodes is None): errors must not name a --nodes the user never gave
+    return layout, cluster_for(spec, layout, nodes=nodes, first_device=first_device,
+                               hosts=hosts_list)
 
 
 # ------------------------------------------------------------------ commands
@@ -591,12 +574,14 @@ def simulate_cmd(topology, hosts, first_device, model_bytes, expert_bytes, layer
                            bytes_per_param=bytes_per_param, first=first_layers,
                            last=last_layers, embedding=acc_embedding, loss=acc_loss,
                            expert_bytes=expert_bytes, pp_layout=pp_layout)
-    rep = simulate_report(layout, cluster, hosts=hosts_list, first_device=first_device,
-                          stages=stages, schedule=schedule, compute_ms=compute_ms, mfu=mfu,
-                          peak_tflops=peak_tflops, grad_scale=grad_scale,
-                          bytes_per_param=bytes_per_param, rs_kind=rs_kind, ag_kind=ag_kind,
-                          comm_memory_mb=comm_memory_mb, collnet=collnet, nccl=nccl,
-                          param_gather_with_optimizer_step=opt_step, launch_queue=launch_queue)
+    inputs = SimulateInputs(stages=stages, schedule=schedule, compute_ms=compute_ms, mfu=mfu,
+                            peak_tflops=peak_tflops, grad_scale=grad_scale,
+                            bytes_per_param=bytes_per_param, rs_kind=rs_kind, ag_kind=ag_kind,
+                            comm_memory_mb=comm_memory_mb, collnet=collnet, nccl=nccl,
+                            param_gather_with_optimizer_step=opt_step,
+                            launch_queue=launch_queue)
+    rep = place_and_simulate(layout, cluster, inputs, hosts=hosts_list,
+                             first_device=first_device)
     if fmt == "json":
         echo(to_json(dict(rep.to_dict(), topology=cluster.summary())))
     else:

@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ..topology.nccl_model import bus_factor
+from ..topology.nccl_tuning import bus_factor
 
 DEFAULT_SIZES = tuple(1 << k for k in range(10, 34, 2))   # 1 KB .. 8 GB
 COLLECTIVES = ("all_reduce", "all_gather", "reduce_scatter")

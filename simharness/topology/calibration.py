@@ -30,13 +30,8 @@ else:  # Python 3.10: the tomli backport, a dependency there
 from .cost import predict
 from .errors import TopologyError
 from .loader import load_cluster, topology_dir
-from .nccl_model import (
-    DEFAULT_NCCL,
-    LAUNCH_MODES,
-    LAUNCH_US_SINGLE_PER_GPU,
-    bus_factor,
-    launch_overhead_us,
-)
+from .nccl_ramp import LAUNCH_MODES, LAUNCH_US_SINGLE_PER_GPU, launch_overhead_us
+from .nccl_tuning import DEFAULT_NCCL, bus_factor
 
 DEFAULT_PATH = topology_dir() / "calibration" / "nccl_calibration.toml"
 BW_TOLERANCE = 0.15   # issue 8: +-15 % on bandwidth
@@ -192,7 +187,7 @@ def evaluate(point: CalPoint, nccl: str | None = None,
     """The model's prediction for one point (same metric as the measurement).
 
     The NCCL release is the point's own (:func:`_version`) unless ``nccl`` is given;
-    back-to-back calls take at least the launch period (:func:`.nccl_model.launch_period_us`:
+    back-to-back calls take at least the launch period (:func:`.nccl_ramp.launch_period_us`:
     one process driving N GPUs launches N kernels per call, ``single_per_gpu_us`` each).
     """
     gpu_us, pick = _gpu_time_us(point, nccl)

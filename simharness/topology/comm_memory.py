@@ -45,7 +45,8 @@ from dataclasses import dataclass, field
 
 from ..errors import whole_number_problem
 from .errors import TopologyError
-from .nccl_model import DEFAULT_NCCL, GroupShape, nccl_version
+from .nccl_model import GroupShape
+from .nccl_tuning import DEFAULT_NCCL, nccl_version
 
 MIB = 1 << 20
 ALIGN = 2 * MIB  # cuMem granularity / CUDA_IPC_MIN

@@ -42,15 +42,8 @@ import numpy as np
 from .cluster import TIERS, Cluster
 from .errors import TopologyError
 from .nccl_graph import PCI_NCCL_PER_RAW, NodeView
-from .nccl_model import (
-    DEFAULT_NCCL,
-    Estimate,
-    GroupShape,
-    bus_factor,
-    check_size,
-    choose,
-    collective_name,
-)
+from .nccl_model import Estimate, GroupShape, choose
+from .nccl_tuning import DEFAULT_NCCL, bus_factor, check_size, collective_name
 
 COLLECTIVES = ("all_gather", "reduce_scatter", "all_reduce")
 

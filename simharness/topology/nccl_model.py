@@ -12,6 +12,9 @@ Its inputs are NCCL's graph search (:mod:`.nccl_graph`): per algorithm the
 channels, ``bwIntra``/``bwInter``, pattern and path types, and
 ``comm->nChannels``. The ring figure is capped by what the links deliver
 (:mod:`.cost`'s link model, shared when other groups run).
+The constants it prices with (and the name / size / release checks) are in
+:mod:`.nccl_tuning`; the launch and pipeline fill added to NCCL's own time are in
+:mod:`.nccl_ramp`.
 
 Sources (NVIDIA/nccl ``src/graph/tuning.cc``, 2.28 line numbers unless noted):
 
@@ -83,128 +86,67 @@ from .nccl_graph import (
     plan_channels,
     search,
 )
+from .nccl_ramp import (
+    LAUNCH_MODES,
+    LAUNCH_US,
+    LAUNCH_US_SINGLE_PER_GPU,
+    NCCL_STEPS,
+    NVLS_AG_RS_ONE_NODE_STAGES,
+    NVLS_CHUNK_BYTES,
+    NVLS_ONE_NODE_STAGES,
+    SIMPLE_STEP_BYTES,
+    _nvls_chunk,
+    launch_overhead_us,
+    launch_period_us,
+    nvls_loops,
+    pipeline_fill_us,
+)
+from .nccl_tuning import (
+    _ALIASES,
+    ALGOS,
+    ARCHS,
+    BASE_LAT,
+    COLLECTIVES,
+    DEFAULT_NCCL,
+    HW_LAT,
+    LL_MAX_BW,
+    LL_MAX_BW_INTEL,
+    MAX_BYTES,
+    MAX_THREADS,
+    NCCL_VERSIONS,
+    NET_OVERHEAD_US,
+    NVLINK_BW_PER_LINK,
+    NVLS_EFFICIENCY,
+    PAT_FACTOR,
+    PER_CH_MAX_NVLS_TREE,
+    PER_CH_MAX_RING_LL128,
+    PER_CH_MAX_TREE,
+    PER_CH_MAX_TREE_LL128,
+    PROTOS,
+    RING_PLATEAU,
+    TREE_CORRECTION,
+    _choice,
+    _log2i,
+    bus_factor,
+    check_size,
+    collective_name,
+    nccl_version,
+)
 
-COLLECTIVES = ("all_gather", "reduce_scatter", "all_reduce")
-ALGOS = ("tree", "ring", "collnet_direct", "collnet_chain", "nvls", "nvls_tree", "pat")
-PROTOS = ("ll", "ll128", "simple")
-ARCHS = ("volta", "ampere", "hopper", "blackwell")
-_ALIASES = {"allgather": "all_gather", "ag": "all_gather", "reducescatter": "reduce_scatter",
-            "rs": "reduce_scatter", "allreduce": "all_reduce", "ar": "all_reduce"}
-MAX_BYTES = 1 << 40  # 1 TiB: far above any nccl-tests sweep; larger is a typo
-# NCCL releases modelled, one at a time (tags v2.23.4-1 and v2.28.3-1).
-NCCL_VERSIONS = ("2.23", "2.28")
-DEFAULT_NCCL = "2.28"
-
-# ---------------------------------------------------------------- NCCL constants
-# baseLat[algo][proto], us (tuning.cc 2.23): Tree, Ring, CollNetDirect, CollNetChain,
-# NVLS, NVLSTree, PAT (PAT's 8 us base is written into its latency formula).
-BASE_LAT = {
-    "tree": (6.8, 14.0, 8.4), "ring": (6.6, 14.0, 8.4),
-    "collnet_direct": (0.0, 0.0, 0.0), "collnet_chain": (0.0, 0.0, 0.0),
-    "nvls": (0.0, 0.0, 0.0), "nvls_tree": (0.0, 0.0, 0.0), "pat": (0.0, 0.0, 0.0),
-}
-# hwLat[hw][algo][proto], us (tuning.cc 2.23); PAT's NVLink/PCI/net 4/4/14 from 2.23+.
-HW_LAT = {
-    "nvlink": {"tree": (0.6, 1.25, 4.0), "ring": (0.6, 1.9, 3.4),
-               "collnet_direct": (0.0, 0.0, 3.7), "collnet_chain": (0.0, 0.0, 2.8),
-               "nvls": (0.0, 0.0, 25.0), "nvls_tree": (0.0, 0.0, 25.0), "pat": (0.0, 0.0, 4.0)},
-    "pci": {"tree": (1.0, 1.9, 4.0), "ring": (1.0, 2.5, 5.7),
-            "collnet_direct": (0.0, 0.0, 3.7), "collnet_chain": (0.0, 0.0, 2.8),
-            "nvls": (0.0, 0.0, 0.0), "nvls_tree": (0.0, 0.0, 0.0), "pat": (0.0, 0.0, 4.0)},
-    "net": {"tree": (5.0, 8.5, 14.0), "ring": (2.7, 4.0, 14.0),
-            "collnet_direct": (0.0, 0.0, 31.0), "collnet_chain": (0.0, 0.0, 30.0),
-            "nvls": (0.0, 0.0, 18.0), "nvls_tree": (0.0, 0.0, 14.0), "pat": (0.0, 0.0, 14.0)},
-}
-# llMaxBws: one node -> by GPU architecture; several nodes -> by CPU (x86 Intel row).
-# tuning.cc:169-174 (2.28); 2.23 has no Blackwell row: SM100 takes the Hopper row there
-# (v2.23.4-1 tuning.cc:146: compCapIndex stops at Hopper).
-LL_MAX_BW = {"volta": (39.0, 39.0, 20.4), "ampere": (87.7, 22.5, 19.0),
-             "hopper": (141.0, 45.0, 35.0), "blackwell": (282.0, 90.0, 70.0)}
-LL_MAX_BW_INTEL = (39.0, 39.0, 20.4)
-# Per-channel caps (N1/N2/N4 = 1, 2, >2 nodes), tuning.cc:175-198 (2.28).
-PER_CH_MAX_RING_LL128 = {"volta": (20.0,) * 3, "ampere": (20.0,) * 3, "hopper": (36.7,) * 3,
-                         "blackwell": (73.4,) * 3}
-PER_CH_MAX_TREE_LL128 = {"volta": (20.0,) * 3, "ampere": (20.0,) * 3,
-                         "hopper": (36.7, 36.7, 29.0), "blackwell": (55.6, 31.67, 20.0)}
-PER_CH_MAX_TREE = {"volta": (26.5, 18.5, 10.0), "ampere": (24.0, 23.6, 17.8),
-                   "hopper": (38.7, 41.4, 36.0), "blackwell": (70.0, 42.8, 24.0)}
-# NVLSTree per-channel cap, new in 2.28 (tuning.cc:193-198)
-PER_CH_MAX_NVLS_TREE = {"volta": (26.5, 18.5, 10.0), "ampere": (24.0, 23.6, 17.8),
-                        "hopper": (0.0, 57.7, 45.5), "blackwell": (0.0, 96.0, 43.1)}
-# nvlsEfficiency: first in 2.28.3 (tuning.cc:133-139); 2.23 prices NVLS as
-# min(bwIntra, bwInter) x 5/6 (v2.23.4-1 tuning.cc:182-183, 224).
-NVLS_EFFICIENCY = {"volta": 0.0, "ampere": 0.0, "hopper": 0.85, "blackwell": 0.74}
-# PAT bandwidth factor: x0.85 in 2.23 (v2.23.4-1 tuning.cc:193), x0.75 from 2.24
-# (tuning.cc:310 in 2.28).
-PAT_FACTOR = {"2.23": 0.85, "2.28": 0.75}
-# src/graph/topo.h:16-21: GB/s of one NVLink per direction as NCCL counts it.
-NVLINK_BW_PER_LINK = {"volta": 20.0, "ampere": 20.0, "hopper": 20.6, "blackwell": 40.1}
-TREE_CORRECTION = {  # powers of two from 64 B (index 0) to 256 MB (index 22), tuning.cc:578
-    "ll": (1.0, 1.0, 1.0, 1.0, .9, .8, .7, .7, .7, .7, .6, .5, .4, .4, .5, .6, .7, .8, .9,
-           1.0, 1.0, 1.0, 1.0),
-    "ll128": (1.0, 1.0, 1.0, 1.0, 1.0, .9, .8, .8, .8, .7, .6, .6, .6, .6, .6, .6, .8, .9, .9,
-              .9, .9, 1.0, 1.0),
-    "simple": (.9, .9, .9, .9, .9, .9, .9, .8, .7, .6, .6, .5, .5, .5, .5, .6, .7, .8, .7, .7,
-               .8, .9, .9),
-}
-NET_OVERHEAD_US = 1.0   # getNetOverhead: x86 Intel (AMD: 2.0); x3 for Simple
-RING_PLATEAU = 1.4      # SM80+ (1.9 before), tuning.cc:593-596
-# Threads per CTA NCCL gives a kernel (tuning.cc:231-243, device.h:88-109): Simple 512
-# (ring: 256 when the ring moves <= PCI_BW 12 GB/s), LL 512, LL128 640.
-MAX_THREADS = {"simple": 512, "ll": 512, "ll128": 640}
-
-
-def collective_name(name: str) -> str:
-    """Canonical collective name (``allreduce``, ``ar``, ``all-reduce`` -> ``all_reduce``)."""
-    key = str(name).replace("-", "_").lower()
-    key = _ALIASES.get(key.replace("_", ""), key)
-    if key not in COLLECTIVES:
-        raise TopologyError(f"unknown collective {name!r}; expected one of "
-                            f"{', '.join(COLLECTIVES)}")
-    return key
-
-
-def _choice(kind: str, value, choices: tuple[str, ...]) -> str | None:
-    if value is None:
-        return None
-    key = str(value).replace("-", "_").lower()
-    if key not in choices:
-        raise TopologyError(f"unknown {kind} {value!r}; expected one of {', '.join(choices)}")
-    return key
-
-
-def check_size(size_bytes) -> float:
-    """A message size in bytes: a finite number in [0, 1 TiB]."""
-    ok = (not isinstance(size_bytes, bool) and isinstance(size_bytes, (int, float))
-          and math.isfinite(size_bytes) and 0 <= size_bytes <= MAX_BYTES)
-    if not ok:
-        raise TopologyError(f"message size {size_bytes!r} is out of range; give bytes "
-                            f"between 0 and {MAX_BYTES} (1 TiB)")
-    return float(size_bytes)
-
-
-def nccl_version(version) -> str:
-    """A supported NCCL version (``"2.28"``, ``"2.28.3"``, ``"v2.28.3-1"`` -> ``"2.28"``).
-
-    >>> nccl_version("v2.23.4-1")
-    '2.23'
-    """
-    text = str(version).strip().lower().removeprefix("v")
-    key = ".".join(text.split("-")[0].split(".")[:2])
-    if key not in NCCL_VERSIONS:
-        raise TopologyError(f"unknown NCCL version {version!r}; expected one of "
-                            f"{', '.join(NCCL_VERSIONS)} (give --nccl 2.23 or --nccl 2.28)")
-    return key
-
-
-def bus_factor(collective: str, n: int) -> float:
-    """nccl-tests bus-bandwidth factor: (n-1)/n, or 2(n-1)/n for all-reduce."""
-    f = (n - 1) / n
-    return 2 * f if collective_name(collective) == "all_reduce" else f
-
-
-def _log2i(x: float) -> int:
-    return int(math.floor(math.log2(x))) if x >= 1 else 0
+# The constants, names and checks moved to .nccl_tuning and the launch / pipeline fill to
+# .nccl_ramp; they stay importable from here (this module's public surface) for one release.
+__all__ = [
+    "ALGOS", "ARCHS", "BASE_LAT", "COLLECTIVES", "DEFAULT_NCCL", "HW_LAT", "LAUNCH_MODES",
+    "LAUNCH_US", "LAUNCH_US_SINGLE_PER_GPU", "LL_MAX_BW", "LL_MAX_BW_INTEL", "MAX_BYTES",
+    "MAX_THREADS", "NCCL_STEPS", "NCCL_VERSIONS", "NET_OVERHEAD_US", "NVLINK_BW_PER_LINK",
+    "NVLS_AG_RS_ONE_NODE_STAGES", "NVLS_CHUNK_BYTES", "NVLS_EFFICIENCY", "NVLS_ONE_NODE_STAGES",
+    "PAT_FACTOR", "PER_CH_MAX_NVLS_TREE", "PER_CH_MAX_RING_LL128", "PER_CH_MAX_TREE",
+    "PER_CH_MAX_TREE_LL128", "PROTOS", "RING_PLATEAU", "SIMPLE_STEP_BYTES", "TREE_CORRECTION",
+    "CommGraphs", "Estimate", "Graph", "GroupShape", "NodeView", "Table", "_ALIASES", "_choice",
+    "_log2i", "_nvls_chunk", "bus_factor", "check_size", "choose", "collective_name",
+    "debug_lines", "launch_overhead_us", "launch_period_us", "nccl_version", "nvls_loops",
+    "pipeline_fill_us", "tune", "tuning_lines",
+]
 
 
 @dataclass(frozen=True)
@@ -570,166 +512,6 @@ def choose(shape: GroupShape, collective: str, size_bytes: float, *, algo: str |
                             f"and protocol {want_p or 'any'} is not available for "
                             f"{shape.describe()} (NCCL {table.nccl}); NCCL would enable: {have}")
     return options[0]
-
-
-NCCL_STEPS = 8                       # device.h:24
-SIMPLE_STEP_BYTES = 4 * 2**20 // NCCL_STEPS   # DEFAULT_BUFFSIZE / NCCL_STEPS = 512 KiB
-NVLS_CHUNK_BYTES = 128 * 1024        # NCCL_NVLS_CHUNKSIZE default (nvls.cc:152)
-# One kernel launch from the CPU thread, us: NVIDIA/nccl#1984 measures a 1 KB ring
-# all-reduce at 3.5 us per call launched back to back and 0.5 us inside a CUDA graph
-# (no launch): the kernel took 0.5 us, so the 3.5 us period is the launch itself
-# (that point is marked `fit` in the calibration data).
-LAUNCH_US = 3.5
-# One process driving N GPUs (nccl-tests -g N) launches N communicators' kernels from one
-# thread (ncclGroupEnd -> doLaunches switches device, then prepares and launches each
-# comm's plan: src/group.cc, src/enqueue.cc), so its period is N x this per-GPU cost. NCCL's
-# source gives no figure for it (it is host CPU time) and the hosts differ, so it is FITTED,
-# on the calibration sweeps marked `fit` only (Azure ND A100 v4 and ND H100 v5, both -g 8):
-# the least-squares fit of log(time) below 1 MB, calibration.fit_single_launch_us(); the
-# held-out sweeps set nothing (tests/test_nccl_ramp.py re-runs the fit).
-LAUNCH_US_SINGLE_PER_GPU = 4.76
-LAUNCH_MODES = ("per-gpu", "single")
-
-
-def launch_period_us(mode: str, gpus_per_process: int,
-                     single_per_gpu_us: float = LAUNCH_US_SINGLE_PER_GPU) -> float:
-    """Shortest period of back-to-back calls the CPU side allows, us.
-
-    nccl-tests (and a training loop) enqueue calls without waiting for them, so
-    the CPU launches call i+1 while the GPUs run call i: a call's measured time
-    is ``max(gpu time, launch period)`` (:func:`launch_overhead_us`). One process
-    per GPU (``-g 1``, torchrun) launches one kernel per call: ``LAUNCH_US``
-    (NVIDIA/nccl#1984); one process driving N GPUs (``-g N``) launches their N
-    kernels one after the other from one thread: ``N x single_per_gpu_us``
-    (``LAUNCH_US_SINGLE_PER_GPU``, fitted on the `fit` sweeps only).
-
-    >>> launch_period_us("single", 8), launch_period_us("per-gpu", 8)
-    (38.08, 3.5)
-    """
-    if mode not in LAUNCH_MODES:
-        raise TopologyError(f"unknown launch mode {mode!r}; expected per-gpu (one process per "
-                            "GPU) or single (one process drives all local GPUs, -g N)")
-    if gpus_per_process < 1:
-        raise TopologyError(f"gpus_per_process must be >= 1, got {gpus_per_process!r}")
-    return gpus_per_process * single_per_gpu_us if mode == "single" else LAUNCH_US
-
-
-def launch_overhead_us(mode: str, gpus_per_process: int, gpu_time_us: float = 0.0,
-                       single_per_gpu_us: float = LAUNCH_US_SINGLE_PER_GPU) -> float:
-    """Time the CPU launch adds to a call whose GPU time is ``gpu_time_us``, us.
-
-    Launches overlap the previous call's GPU work, so only a launch period
-    longer than the GPU time shows: ``max(0, period - gpu_time)``.
-
-    >>> round(launch_overhead_us("single", 8, gpu_time_us=20.0), 2)
-    18.08
-    >>> launch_overhead_us("single", 8, gpu_time_us=100.0), launch_overhead_us("per-gpu", 8, 10.0)
-    (0.0, 0.0)
-    """
-    return max(0.0, launch_period_us(mode, gpus_per_process, single_per_gpu_us) - gpu_time_us)
-
-
-def _nvls_chunk(size_bytes: float, ctas: int, heads: int, tree: bool, nodes: int) -> float:
-    """NVLS / NVLSTree chunk size (enqueue.cc:2036-2057, 2.28)."""
-    ops = max(1, ctas * heads)
-    c = NVLS_CHUNK_BYTES
-    if tree:
-        if nodes >= 4:
-            c = min(c, 65536)
-        for factor, cap in ((32, 262144), (16, 131072), (4, 65536), (1, 32768)):
-            if size_bytes < factor * ops * c and c > cap:
-                c = cap
-        return c
-    for factor, cap in ((64, 65536), (8, 32768), (2, 16384)):
-        if size_bytes < factor * ops * c and c > cap:
-            c = cap
-    return c
-
-
-# NVLS all-reduce on one node runs three warp groups per channel, one after the other
-# on every loop of ``nHeads x chunk`` bytes: scatter (the rank's data to each head's
-# buffer), reduce + multicast store (multimem ld_reduce / st), gather (into recvbuff);
-# src/device/all_reduce.h RunWorkColl<AllReduce, NVLS, Simple>, oneNode branch
-# (oneNode branch at v2.23.4-1 all_reduce.h:393-440, v2.28.3-1 all_reduce.h:408-454).
-NVLS_ONE_NODE_STAGES = 3
-# NVLS all-gather / reduce-scatter on one node run two warp groups per channel on the same
-# loop of ``nHeads x chunk`` bytes: all-gather multicasts the rank's chunk (Bcast through
-# NVLS) and copies every head's chunk out (Gather, ``nvls->nHeads * count`` apart);
-# reduce-scatter writes one chunk to each head's buffer (Scatter) and reads back its own
-# chunk reduced (Reduce through NVLS, multimem ld_reduce). RunWorkColl<AllGather / Reduce
-# Scatter, NVLS, Simple>: v2.28.3-1 all_gather.h:258-287 and reduce_scatter.h:227-256
-# (oneNode branch), v2.23.4-1 all_gather.h:113-152 and reduce_scatter.h:107-166.
-NVLS_AG_RS_ONE_NODE_STAGES = 2
-
-
-def nvls_loops(size_bytes: float, ctas: int, heads: int, nodes: int = 1,
-               tree: bool = False) -> tuple[float, int, float]:
-    """NVLS chunking of one call: ``(chunk, loops per channel, bytes per loop)``.
-
-    A channel's share ``size / ctas`` is processed in loops of ``heads x chunk``
-    bytes (``loopCount = nvls->nHeads * chunkSize``, all_reduce.h:411 at v2.28.3-1,
-    :396 at v2.23.4-1); the chunk is
-    calcCollChunking's (:func:`_nvls_chunk`). A share smaller than one loop is
-    one (partial) loop.
-
-    >>> nvls_loops(16 * 2**20, 16, 8)        # 1 MiB per channel in 32 KiB chunks
-    (32768, 4, 262144)
-    >>> nvls_loops(2**20, 16, 8)             # 64 KiB per channel: one partial loop
-    (16384, 1, 65536.0)
-    """
-    chunk = _nvls_chunk(size_bytes, ctas, heads, tree, nodes)
-    per_channel = size_bytes / max(1, ctas)
-    loop = heads * chunk
-    loops = max(1, math.ceil(per_channel / loop))
-    return chunk, loops, min(loop, per_channel)
-
-
-def pipeline_fill_us(collective: str, algo: str, proto: str, size_bytes: float,
-                     s: GroupShape, g: CommGraphs, algbw: float, ctas: int) -> float:
-    """Time the protocol pipeline adds to NCCL's ``lat + size / bw`` (us), no fitted term.
-
-    A channel moves its share in chunks (``calcCollChunking``, enqueue.cc:2004-2066);
-    where the data passes through several stages one after the other, the first
-    piece fills the pipeline before the channel streams: ``(stages - 1)`` stage
-    times, a stage time being the piece divided by the channel's rate
-    ``algbw / channels``.
-
-    - NVLS all-reduce on one node: 3 stages (:data:`NVLS_ONE_NODE_STAGES`), the
-      piece is one loop of ``nHeads x chunk`` bytes (:func:`nvls_loops`). With
-      8 heads and 32-128 KiB chunks a loop is 256 KiB-1 MiB per channel, so the
-      fill is 30-60 us on 8 x H100: the mid-size ramp (half the plateau near
-      16 MB instead of NCCL's ``lat x bw`` = 7 MB).
-    - NVLS all-gather / reduce-scatter on one node: 2 stages
-      (:data:`NVLS_AG_RS_ONE_NODE_STAGES`) on the same loop of ``nHeads x chunk``
-      bytes (one chunk from or to every head): a one-loop fill.
-    - other NVLS / NVLSTree calls (across nodes): the piece is one chunk; NVLS 2
-      stages, NVLSTree 2 + 2 log2(nodes) (the tree up and down); PAT log2(n).
-    - A ring has no fill: every rank sends from the first step on and NCCL's
-      per-step latency already counts the steps; Tree's mid-size shortfall is
-      NCCL's own ``treeCorrectionFactor``.
-    """
-    if size_bytes <= 0 or algbw <= 0 or ctas <= 0:
-        return 0.0
-    per_channel = algbw * 1e3 / ctas          # bytes per us
-    if algo == "nvls" or algo == "nvls_tree":
-        heads = g.nvls.n_channels if g.nvls is not None else 1
-        if algo == "nvls" and s.n_nodes == 1:
-            _, _, loop = nvls_loops(size_bytes, ctas, heads)
-            stages = NVLS_ONE_NODE_STAGES if collective == "all_reduce" else \
-                NVLS_AG_RS_ONE_NODE_STAGES
-            return (stages - 1) * loop / per_channel
-        chunk = _nvls_chunk(size_bytes, ctas, heads, algo == "nvls_tree", s.n_nodes)
-        stages = 2 if algo == "nvls" else 2 + 2 * _log2i(s.n_nodes)
-    elif algo == "pat":
-        chunk = SIMPLE_STEP_BYTES
-        times = 32 if collective == "all_gather" else 16
-        while chunk * ctas * times > size_bytes and chunk > 65536:
-            chunk //= 2
-        stages = max(1, _log2i(s.n_ranks))
-    else:
-        return 0.0
-    chunk = min(chunk, size_bytes / ctas)
-    return (stages - 1) * chunk / per_channel
 
 
 _NCCL_FUNCS = (("AllGather", "all_gather"), ("ReduceScatter", "reduce_scatter"),

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from .errors import TopologyError
-from .nccl_model import ARCHS
+from .nccl_tuning import ARCHS
 
 SCHEMA_VERSION = 1
 WIRINGS = ("rail", "tor")

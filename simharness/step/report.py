@@ -1,0 +1,288 @@
+"""What :func:`~simharness.step.simulate` returns, and the lines that explain it.
+
+:class:`OverlapReport` holds per stage the step with one communicator and with a
+separate all-gather communicator (:class:`StageRow`), the collectives of the
+slowest stage and NCCL's pick for each (:class:`CollRow`), the step under every
+sharing assumption (:class:`Scenario`), the memory each extra communicator costs,
+what the model cannot know, and one verdict line.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass
+
+from ..topology.comm_memory import CommMemoryInputs, comm_memory
+from ..topology.nccl_model import debug_lines, tune
+from .engine import Timeline, Unit
+from .pricing import ROLE_COLLECTIVE, ROLE_NAMES, JobGroups, Pricer
+
+HBM_BYTES_PER_WIRE_BYTE = 3.0  # read source + read/write staging; ours, an estimate
+
+
+@dataclass(frozen=True)
+class Scenario:
+    """One sharing assumption and the job's step with one / separate communicators."""
+
+    name: str
+    one_step_s: float
+    separate_step_s: float
+    one_held_s: float = 0.0       # slowest stage: compute held behind a queued collective
+    separate_held_s: float = 0.0
+
+    @property
+    def gain_pct(self) -> float:
+        return 100.0 * (self.one_step_s - self.separate_step_s) / self.one_step_s \
+            if self.one_step_s else 0.0
+
+
+@dataclass(frozen=True)
+class CollRow:
+    """One distinct collective of the worst stage: what NCCL picks and what it costs."""
+
+    what: str        # e.g. "dense all-gather"
+    group: str       # layout group kind
+    group_size: int
+    size_bytes: float
+    pick: str
+    channels: int
+    alone_s: float
+    count: int       # calls per step on the stage
+    latency_s: float = 0.0
+    shape: str = ""
+    options: tuple = ()
+    debug: tuple[str, ...] = ()   # NCCL_DEBUG=INFO GRAPH,TUNING lines of its group
+
+
+@dataclass(frozen=True)
+class StageRow:
+    stage: int
+    layers: tuple[int, ...]       # per virtual chunk
+    first_layer: int
+    dense_bytes: float            # per rank, all-gather dtype
+    expert_bytes: float
+    forward_s: float
+    backward_s: float
+    one: Timeline
+    separate: Timeline
+
+    @property
+    def gain_pct(self) -> float:
+        return 100.0 * (self.one.step_s - self.separate.step_s) / self.one.step_s \
+            if self.one.step_s else 0.0
+
+
+@dataclass(frozen=True)
+class OverlapReport:
+    """What :func:`simulate` returns (times in seconds, sizes in bytes per rank)."""
+
+    schedule: str
+    nccl: str
+    compute_how: str
+    groups: dict            # role -> layout group kind
+    stages: tuple[StageRow, ...]
+    worst_stage: int
+    collectives: tuple[CollRow, ...]
+    scenarios: tuple[Scenario, ...]
+    comm_memories: tuple[tuple[str, float], ...]  # (extra communicator, MB per GPU)
+    cost_classes: int
+    memory_lines: tuple[str, ...] = ()
+    notes: tuple[str, ...] = ()
+    unknowns: tuple[str, ...] = ()
+    hbm_share: float | None = None
+    latency_share: float = 0.0
+    shared_slowdown: float = 1.0
+    ag_used: bool = True     # whether the schedule uses the all-gather group at all
+    has_traffic: bool = True
+
+    @property
+    def one(self) -> Timeline:
+        return self.stages[self.worst_stage].one
+
+    @property
+    def separate(self) -> Timeline:
+        return max((s.separate for s in self.stages), key=lambda t: t.step_s)
+
+    @property
+    def gain_s(self) -> float:
+        return self.one.step_s - self.separate.step_s
+
+    @property
+    def gain_pct(self) -> float:
+        return 100.0 * self.gain_s / self.one.step_s if self.one.step_s else 0.0
+
+    @property
+    def gain_range_pct(self) -> tuple[float, float]:
+        gains = [sc.gain_pct for sc in self.scenarios] or [self.gain_pct]
+        return min(gains), max(gains)
+
+    @property
+    def extra_communicators(self) -> int:
+        return len(self.comm_memories)
+
+    @property
+    def comm_memory_mb(self) -> float:
+        """Memory of the dense all-gather communicator (the first extra one)."""
+        return self.comm_memories[0][1] if self.comm_memories else 0.0
+
+    @property
+    def extra_memory_mb(self) -> float:
+        return sum(mb for _, mb in self.comm_memories)
+
+    @property
+    def verdict(self) -> str:
+        """One line that agrees with the gain range and names the memory it costs."""
+        mem = f"+{self.extra_memory_mb:.0f} MB per GPU"
+        if not self.has_traffic:
+            return ("nothing to overlap: the data-parallel groups have one rank (no collective "
+                    f"traffic); the all-gather group would cost {mem}")
+        if not self.ag_used:
+            return ("no effect: the distributed optimizer gathers parameters on its "
+                    "reduce-scatter group (only Megatron-FSDP uses the all-gather group); "
+                    f"the flag only costs {mem}")
+        lo, hi = self.gain_range_pct
+        rng = f"{lo:+.1f}% to {hi:+.1f}% of the step" if abs(hi - lo) >= 0.05 \
+            else f"{lo:+.1f}% of the step"
+        eps = 0.05
+        if lo > eps:
+            reasons = []
+            if self.latency_share >= 0.2:
+                reasons.append(f"latency-bound ({self.latency_share:.0%} of the collective "
+                               "time is latency, which overlaps)")
+            if self.shared_slowdown < 1.5:
+                reasons.append("the collectives are bottlenecked on different links")
+            if not reasons:
+                reasons.append("all-gathers no longer wait behind reduce-scatters")
+            return f"helps: {rng} for {mem} ({'; '.join(reasons)})"
+        if hi < -eps:
+            return (f"hurts: {rng} for {mem} (reduce-scatters take link bandwidth or SMs from "
+                    "all-gathers the next unit waits for)")
+        if lo < -eps:
+            return (f"may hurt: {rng} depending on what the communicators share, for {mem}")
+        if hi > eps:
+            return f"may help: {rng} depending on what the communicators share, for {mem}"
+        why = ("communication is already hidden behind compute"
+               if self.one.exposed_s <= 0.02 * self.one.step_s else
+               "bandwidth-bound on links both collectives share"
+               if self.shared_slowdown >= 1.8 else "the collectives rarely meet")
+        return f"no measurable gain ({rng}): {why}; it costs {mem}"
+
+    def to_dict(self) -> dict:
+        lo, hi = self.gain_range_pct
+        return {
+            "schedule": self.schedule, "nccl": self.nccl, "compute": self.compute_how,
+            "groups": dict(self.groups),
+            "stages": [dict(asdict(s), gain_pct=s.gain_pct) for s in self.stages],
+            "worst_stage": self.worst_stage,
+            "collectives": [asdict(c) for c in self.collectives],
+            "one_communicator": asdict(self.one),
+            "separate_ag_communicator": asdict(self.separate),
+            "scenarios": [dict(asdict(sc), gain_pct=sc.gain_pct) for sc in self.scenarios],
+            "gain_s": self.gain_s, "gain_pct": self.gain_pct, "gain_range_pct": [lo, hi],
+            "extra_communicators": self.extra_communicators,
+            "comm_memories_mb": dict(self.comm_memories), "extra_memory_mb": self.extra_memory_mb,
+            "memory_lines": list(self.memory_lines), "notes": list(self.notes),
+            "unknowns": list(self.unknowns), "hbm_share": self.hbm_share,
+            "latency_share": self.latency_share, "shared_slowdown": self.shared_slowdown,
+            "cost_classes": self.cost_classes, "verdict": self.verdict}
+
+
+NO_QUEUE_FSDP = ("one launch queue (CUDA_DEVICE_MAX_CONNECTIONS=1) is not a scenario for fsdp: "
+                 "Megatron-LM refuses it with Megatron-FSDP ('FSDP requires "
+                 "CUDA_DEVICE_MAX_CONNECTIONS > 1 or unset', megatron/training/arguments.py:1166 "
+                 "at d98e8a6); --one-launch-queue models it anyway")
+
+
+def collective_rows(units: Sequence[Unit], combo, pr: Pricer, jg: JobGroups,
+                     nccl: str) -> tuple[CollRow, ...]:
+    seen: dict[tuple[str, float], int] = {}
+    for unit in units:
+        for c in unit.before + unit.after:
+            seen[(c.group, c.volume)] = seen.get((c.group, c.volume), 0) + 1
+    rows = []
+    for (lab, size), count in sorted(seen.items()):
+        role = lab.split("_")[1]
+        est, shape = pr.price(lab, combo[lab], role, size)
+        opts = tuple((e.pick, round(e.latency_us, 2), round(e.algbw_gb_per_s, 2),
+                      round(e.time_us, 2))
+                     for e in tune(shape, ROLE_COLLECTIVE[role], nccl=nccl).all_estimates(size))
+        rows.append(CollRow(ROLE_NAMES[lab], jg.kind[lab], int(pr.info[lab].groups.shape[1]),
+                            size, est.pick, int(est.n_channels), est.time_us * 1e-6, count,
+                            (est.latency_us + est.ramp_us) * 1e-6, shape.describe(), opts,
+                            tuple(debug_lines(shape, ROLE_COLLECTIVE[role], nccl=nccl))))
+    return tuple(rows)
+
+
+def queue_note(scenarios: Sequence[Scenario], schedule: str) -> str:
+    q = scenarios[-1]
+    if "launch queue" not in q.name:
+        return NO_QUEUE_FSDP if schedule == "fsdp" else \
+            "one launch queue (CUDA_DEVICE_MAX_CONNECTIONS=1) not modelled (turned off)"
+    prev = scenarios[-2]
+    if q.one_held_s == 0 and q.separate_held_s == 0:
+        return ("one launch queue (CUDA_DEVICE_MAX_CONNECTIONS=1) changes nothing here: "
+                "whenever a unit's compute was ready, every collective issued before it had "
+                "already started, so no kernel was held behind another")
+    same = all(math.isclose(a, b, rel_tol=1e-9, abs_tol=1e-12) for a, b in (
+        (q.one_step_s, prev.one_step_s), (q.separate_step_s, prev.separate_step_s)))
+    return (f"one launch queue (CUDA_DEVICE_MAX_CONNECTIONS=1) holds compute behind queued "
+            f"collectives for {q.one_held_s * 1e3:.3f} ms with one communicator and "
+            f"{q.separate_held_s * 1e3:.3f} ms with a separate all-gather communicator "
+            "(slowest stage)" + ("; the step does not change: the communicators are busy end "
+                                 "to end, and holding compute delays no collective"
+                                 if same else ""))
+
+
+def model_unknowns(spec, has_expert: bool, hbm: float | None) -> tuple[str, ...]:
+    out = ["the order your code issues collectives and compute in (the model issues a unit's "
+           "all-gather when the previous one starts)",
+           "pipeline bubbles, other micro-batches and the optimizer step (one micro-batch "
+           "forward and backward per stage is modelled)"]
+    if has_expert:
+        out.append("routing balance and the token all-to-all (expert FLOPs assume balanced "
+                   "routing; all-to-all time is not modelled)")
+    if not spec.node.sms:
+        out.append(f"SM contention: topology {spec.name!r} gives no [node] sms")
+    if hbm is None:
+        out.append(f"HBM contention: topology {spec.name!r} gives no [node] hbm_gb_per_s")
+    else:
+        out.append(f"whether compute is HBM-bound (the collectives use ~{hbm:.0%} of HBM "
+                   "bandwidth while running)")
+    return tuple(out)
+
+
+def _extra_kinds(layout) -> list[str]:
+    """The all-gather communicators the layout has, or turning the flag on would add
+    (an expert one only from megatron-core 0.18, with expert parallelism)."""
+    have = [k for k in layout.kinds if k.endswith("_ag")]
+    if have:
+        return have
+    profile = getattr(layout, "profile", None)
+    expert = (profile is None or bool(profile.expert_all_gather)) and \
+        int(getattr(layout.config, "expert_model_parallel_size", 1)) > 1
+    return ["dp_cp_ag"] + (["ep_dp_ag"] if expert else [])
+
+
+def extra_memories(layout, spec, crow: Sequence[CollRow], combo, pr: Pricer, nccl: str,
+                   given_mb: float | None, inputs: CommMemoryInputs | None
+                   ) -> tuple[tuple[tuple[str, float], ...], tuple[str, ...]]:
+    """Per extra communicator: its memory (NCCL's allocations for the algorithms it runs,
+    on its group's graph) and how it was computed."""
+    out, lines = [], []
+    protocols = ("simple", "ll", "ll128") if spec.node.arch else ("simple",)
+    for kind in _extra_kinds(layout):
+        if given_mb is not None:
+            out.append((kind, float(given_mb)))
+            lines.append(f"{kind}: {given_mb:g} MB (given)")
+            continue
+        lab = "exp_ag" if kind.startswith("ep_") else "dense_ag"
+        rows = [c for c in crow if c.what == ROLE_NAMES[lab]] if lab in pr.info else []
+        algos = tuple(dict.fromkeys(c.pick.split("/")[0] for c in rows))
+        shape = pr.price(lab, combo[lab], "ag", rows[0].size_bytes)[1] if rows else None
+        mem = comm_memory(inputs or CommMemoryInputs(algos=algos, protocols=protocols),
+                          nvls_capable=spec.scale_up.nvls, nccl=nccl, shape=shape)
+        out.append((kind, mem.total_mb))
+        use = f"runs {', '.join(algos)}" if algos else "no traffic here: init structures only"
+        lines.append(f"{kind} ({use}): " + "; ".join(mem.lines()))
+    return tuple(out), tuple(lines)
