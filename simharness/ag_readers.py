@@ -337,6 +337,29 @@ def impl_from_ddp_block(mapping: Mapping[str, Any] | None, *, profile: str | Non
     """
     if mapping is None:
         return "unknown", None, ("no ddp block: the data-parallel implementation is not known",)
+    flags, strategy, version = _read_ddp_block(mapping, profile, where)
+    notes: list[str] = []
+    if flags["use_custom_fsdp"] and not flags["use_megatron_fsdp"]:
+        notes.append("use_custom_fsdp is the deprecated name of use_megatron_fsdp")
+    if flags["use_megatron_fsdp"] or flags["use_custom_fsdp"]:
+        return _fsdp_impl(flags, strategy, version, where, notes)
+    if strategy is not None and strategy != "no_shard":
+        notes.append(f"data_parallel_sharding_strategy {strategy!r} is read only by "
+                     f"Megatron-FSDP (use_megatron_fsdp is off)")
+    if flags["use_distributed_optimizer"]:
+        if flags["overlap_param_gather"] and not flags["overlap_grad_reduce"]:
+            notes.append("Megatron-LM refuses overlap_param_gather without overlap_grad_reduce")
+        return "dist-opt", None, tuple(notes)
+    if flags["overlap_param_gather"]:
+        notes.append("overlap_param_gather needs the distributed optimizer or Megatron-FSDP "
+                     "(Megatron-LM refuses it otherwise); plain DDP gathers no parameters")
+    return "ddp", None, tuple(notes)
+
+
+def _read_ddp_block(mapping: Any, profile: str | None,
+                    where: str) -> tuple[dict[str, bool], str | None, int]:
+    """The block's flags, sharding strategy (None: unset) and Megatron-FSDP version, each
+    checked; a :class:`DDPBlockError` on the first bad value."""
     if not isinstance(mapping, Mapping):
         raise DDPBlockError(f"{where}: ddp must be a mapping of DistributedDataParallelConfig "
                             f"fields, got {type(mapping).__name__}; write ddp: followed by "
@@ -344,7 +367,6 @@ def impl_from_ddp_block(mapping: Mapping[str, Any] | None, *, profile: str | Non
     if profile is not None:
         check_ag_profile(profile)
     flags = {k: _bool(mapping, k, where) for k in DDP_BOOL_KEYS}
-    notes: list[str] = []
     strategy = mapping.get("data_parallel_sharding_strategy")
     if strategy is not None and strategy not in SHARDING_STRATEGIES:
         raise DDPBlockError(
@@ -358,39 +380,29 @@ def impl_from_ddp_block(mapping: Mapping[str, Any] | None, *, profile: str | Non
                             f"{version!r}; write 1 or 2.", key="megatron_fsdp_version")
     if "megatron_fsdp_version" in mapping and profile is not None and profile != "main":
         raise DDPBlockError(f"{where}: ddp.megatron_fsdp_version is not a field of "
-                            f"megatron-core {PROFILES[profile].versions}'s "
-                            f"DistributedDataParallelConfig (Megatron: TypeError); remove it "
-                            f"or use the 'main' profile.", key="megatron_fsdp_version")
-    fsdp = flags["use_megatron_fsdp"] or flags["use_custom_fsdp"]
-    if flags["use_custom_fsdp"] and not flags["use_megatron_fsdp"]:
-        notes.append("use_custom_fsdp is the deprecated name of use_megatron_fsdp")
-    if fsdp:
-        sharding = strategy if strategy is not None else "no_shard"
-        if strategy is None:
-            notes.append("data_parallel_sharding_strategy unset: DistributedDataParallelConfig's "
-                         "default 'no_shard' (Megatron-LM's --data-parallel-sharding-strategy "
-                         "defaults to 'optim_grads_params' from 0.18)")
-        if version == 2:
-            if sharding != "optim_grads_params":
-                raise DDPBlockError(
-                    f"{where}: Megatron-FSDP v2 requires data_parallel_sharding_strategy "
-                    f"'optim_grads_params', got {sharding!r}; set it or use "
-                    f"megatron_fsdp_version: 1.", key="data_parallel_sharding_strategy")
-            return "fsdp-v2", sharding, tuple(notes)
-        if sharding == "no_shard":
-            notes.append(f"Megatron-FSDP with {_NO_SHARD}")
-        if flags["use_distributed_optimizer"]:
-            notes.append("use_distributed_optimizer is implied by Megatron-FSDP v1 (Megatron-LM "
-                         "turns it on); the distributed optimizer's buckets are not used")
-        return "fsdp", sharding, tuple(notes)
-    if strategy is not None and strategy != "no_shard":
-        notes.append(f"data_parallel_sharding_strategy {strategy!r} is read only by "
-                     f"Megatron-FSDP (use_megatron_fsdp is off)")
+                            f"{SHORT_PIN[profile]}'s DistributedDataParallelConfig (Megatron: "
+                            f"TypeError); remove it or use the 'main' profile.",
+                            key="megatron_fsdp_version")
+    return flags, strategy, version
+
+
+def _fsdp_impl(flags: dict[str, bool], strategy: str | None, version: int, where: str,
+               notes: list[str]) -> tuple[Impl, str | None, tuple[str, ...]]:
+    sharding = strategy if strategy is not None else "no_shard"
+    if strategy is None:
+        notes.append("data_parallel_sharding_strategy unset: DistributedDataParallelConfig's "
+                     "default 'no_shard' (Megatron-LM's --data-parallel-sharding-strategy "
+                     "defaults to 'optim_grads_params' from 0.18)")
+    if version == 2:
+        if sharding != "optim_grads_params":
+            raise DDPBlockError(
+                f"{where}: Megatron-FSDP v2 requires data_parallel_sharding_strategy "
+                f"'optim_grads_params', got {sharding!r}; set it or use "
+                f"megatron_fsdp_version: 1.", key="data_parallel_sharding_strategy")
+        return "fsdp-v2", sharding, tuple(notes)
+    if sharding == "no_shard":
+        notes.append(f"Megatron-FSDP with {_NO_SHARD}")
     if flags["use_distributed_optimizer"]:
-        if flags["overlap_param_gather"] and not flags["overlap_grad_reduce"]:
-            notes.append("Megatron-LM refuses overlap_param_gather without overlap_grad_reduce")
-        return "dist-opt", None, tuple(notes)
-    if flags["overlap_param_gather"]:
-        notes.append("overlap_param_gather needs the distributed optimizer or Megatron-FSDP "
-                     "(Megatron-LM refuses it otherwise); plain DDP gathers no parameters")
-    return "ddp", None, tuple(notes)
+        notes.append("use_distributed_optimizer goes with Megatron-FSDP v1 (Megatron-LM turns "
+                     "it on); the parameters still move in Megatron-FSDP's buffers")
+    return "fsdp", sharding, tuple(notes)
