@@ -102,26 +102,7 @@ def diff_cmd(files, fmt, quiet, show_all, toggles, changes, exit_code, **kwargs)
     """
     from ..diff import diff_layouts
 
-    mcores = tuple(kwargs.get("mcore") or ())
-    if len(mcores) > 2:
-        fail(f"--mcore given {len(mcores)} times; give it once (both sides) or twice (A, B).")
-    if files:
-        if len(files) != 2:
-            fail(f"diff takes two files (A and B), got {len(files)}; or give one configuration "
-                 f"with --toggle, --change or two --mcore.")
-        if toggles or changes or len(mcores) == 2:
-            fail("give two files, or one configuration with --toggle/--change/--mcore twice; "
-                 "not both.")
-        if kwargs.get("config_file"):
-            fail("--config and two FILES both name configurations; give the two FILES only.")
-        kw = {**kwargs, "mcore": mcores[:1]}
-        a, b = _read_side(files[0], kw), _read_side(files[1], kw)
-    else:
-        if not (toggles or changes or len(mcores) == 2):
-            fail("nothing to compare: give --toggle FIELD (e.g. create_all_gather_group), "
-                 "--change FIELD=VALUE, --mcore twice, or two files.")
-        a, b = _changed_sides(kwargs, mcores, toggles, changes)
-    d = diff_layouts(a, b)
+    d = diff_layouts(*_sides(files, toggles, changes, kwargs))
     code = 1 if (exit_code or quiet) and not d.identical else 0
     if fmt == "json":
         out.echo_json(d.to_dict(limit=None if show_all else 64))
@@ -134,6 +115,29 @@ def diff_cmd(files, fmt, quiet, show_all, toggles, changes, exit_code, **kwargs)
     elif not quiet:
         _echo_diff(d, show_all)
     click.get_current_context().exit(code)
+
+
+def _sides(files: Sequence[str], toggles: Sequence[str], changes: Sequence[str],
+           kwargs: dict) -> tuple[Layout, Layout]:
+    """Layouts A and B: the two FILES, or the configuration against itself changed."""
+    mcores = tuple(kwargs.get("mcore") or ())
+    if len(mcores) > 2:
+        fail(f"--mcore given {len(mcores)} times; give it once (both sides) or twice (A, B).")
+    if not files:
+        if not (toggles or changes or len(mcores) == 2):
+            fail("nothing to compare: give --toggle FIELD (e.g. create_all_gather_group), "
+                 "--change FIELD=VALUE, --mcore twice, or two files.")
+        return _changed_sides(kwargs, mcores, toggles, changes)
+    if len(files) != 2:
+        fail(f"diff takes two files (A and B), got {len(files)}; or give one configuration "
+             f"with --toggle, --change or two --mcore.")
+    if toggles or changes or len(mcores) == 2:
+        fail("give two files, or one configuration with --toggle/--change/--mcore twice; "
+             "not both.")
+    if kwargs.get("config_file"):
+        fail("--config and two FILES both name configurations; give the two FILES only.")
+    kw = {**kwargs, "mcore": mcores[:1]}
+    return _read_side(files[0], kw), _read_side(files[1], kw)
 
 
 def _parse_change(item: str) -> tuple[str, Any]:

@@ -47,18 +47,23 @@ def explain_cmd(fmt, quiet, **kwargs):
         for dv in ex.derived:
             out.echo(f"{dv.name}={dv.value}")
     else:
-        out.echo(out.heading("derived sizes") + f"  (mcore {ex.mcore})")
-        out.echo(out.render_table(None, [[dv.name, dv.value, dv.formula]
-                                          for dv in ex.derived], indent=2, align="lrl"))
-        out.echo()
-        out.echo(out.heading("rules") + "  (in Megatron's order; [who enforces it])")
-        rows: list[Any] = []
-        for r in ex.rules:
-            mark = (out.style("ok", fg="green") if r.holds else
-                    out.style("FAIL", fg="red", bold=True) if r.holds is False else
-                    out.dim("?"))
-            rows.append([mark, r.name, f"{r.statement} [{r.source}]"])
-            rows.append(["", "", out.dim(r.check)])
-        out.echo(out.render_table(None, rows, indent=2))
+        _echo_explain(ex)
     if ex.error:
         raise SimharnessError(ex.error)
+
+
+def _echo_explain(ex) -> None:
+    """The table form: derived sizes with formulas, then every rule marked ok/FAIL/?."""
+    out.echo(out.heading("derived sizes") + f"  (mcore {ex.mcore})")
+    out.echo(out.render_table(None, [[dv.name, dv.value, dv.formula]
+                                      for dv in ex.derived], indent=2, align="lrl"))
+    out.echo()
+    out.echo(out.heading("rules") + "  (in Megatron's order; [who enforces it])")
+    rows: list[Any] = []
+    for r in ex.rules:
+        mark = (out.style("ok", fg="green") if r.holds else
+                out.style("FAIL", fg="red", bold=True) if r.holds is False else
+                out.dim("?"))
+        rows.append([mark, r.name, f"{r.statement} [{r.source}]"])
+        rows.append(["", "", out.dim(r.check)])
+    out.echo(out.render_table(None, rows, indent=2))

@@ -59,7 +59,12 @@ def inspect_cmd(fmt, quiet, show_all, kinds, rank, grid, **kwargs):
                  f"{' --kind '.join(kinds)}); give one --kind.")
         _, gpn = node_shape(layout.config, **kwargs)
         return _inspect_grid(layout, kinds[0] if kinds else "dp_cp", gpn, fmt, quiet, show_all)
-    selected = list(kinds) or list(layout.kinds)
+    _inspect_kinds(layout, list(kinds) or list(layout.kinds), world_auto, fmt, quiet, show_all)
+
+
+def _inspect_kinds(layout: Layout, selected: list[str], world_auto: bool, fmt: str, quiet: bool,
+                   show_all: bool) -> None:
+    """The default view: the summary and each selected kind's groups."""
     if fmt == "json":
         out.echo_json({"summary": layout.summary(), "world_auto": world_auto,
                        "kinds": kinds_dict(layout, selected, show_all=show_all)})
