@@ -7,6 +7,7 @@ simulate), ``replay``, ``datapath`` (replay-data), ``capture``, ``run`` and ``de
 Shared flags and their merging: ``simharness._cli.options``; the ``error:`` line and
 exit statuses: ``simharness._cli.errors``; formatting: ``simharness._cli.output`` and
 ``simharness._cli.render``.
+
 Every bad input prints one ``error: ...`` line on stderr and exits 2; a crash
 exits 3 (see ``simharness --help``, "Exit status").
 """
