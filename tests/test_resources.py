@@ -183,7 +183,7 @@ def test_replay_data_at_the_issue_s_sizes_is_refused(memory, monkeypatch):
 
 # ---------------------------------------------------------------- exit statuses
 def test_a_crash_is_one_line_and_exit_3_with_the_debug_hint(monkeypatch):
-    import simharness._cli.layout as layout_cli
+    import simharness._cli.check as layout_cli
 
     def boom(layout):
         raise KeyError("no such thing")
@@ -199,7 +199,7 @@ def test_a_crash_is_one_line_and_exit_3_with_the_debug_hint(monkeypatch):
 
 
 def test_memory_error_is_exit_3_and_says_so(monkeypatch):
-    import simharness._cli.layout as layout_cli
+    import simharness._cli.check as layout_cli
 
     def boom(layout):
         raise MemoryError()

@@ -9,7 +9,7 @@ from __future__ import annotations
 import click
 
 from . import output as out
-from .common import config_options, output_options
+from .options import config_options, output_options
 from .replay import layout_for_replay
 
 
@@ -130,7 +130,7 @@ def _captured(path: str, layout):
 
     from ..capture import Capture
     from ..capture.checks import captured_layout
-    from .common import fail
+    from .errors import fail
 
     with open(path, encoding="utf-8") as fh:
         try:

@@ -1,9 +1,13 @@
 """The ``simharness`` command line (console script ``simharness`` -> ``main`` here).
 
-The commands live in ``simharness._cli``: ``layout`` (inspect, check, diff,
-export, verify-export, explain, version), ``topology`` (place, simulate) and
-``replay`` (replay), each exposing ``register(main)``. Shared flags, error
-handling and formatting: ``simharness._cli.common`` and ``simharness._cli.output``.
+Each command is a module-level click command in a module of ``simharness._cli``
+that adds it with ``register(main)``: ``inspect``, ``check``, ``diff``, ``export``
+(export, verify-export), ``explain``, ``version``, ``topology`` (topology, place,
+simulate), ``replay``, ``datapath`` (replay-data), ``capture``, ``run`` and ``demo``.
+Shared flags and their merging: ``simharness._cli.options``; the ``error:`` line and
+exit statuses: ``simharness._cli.errors``; formatting: ``simharness._cli.output`` and
+``simharness._cli.render``.
+
 Every bad input prints one ``error: ...`` line on stderr and exits 2; a crash
 exits 3 (see ``simharness --help``, "Exit status").
 """
@@ -17,9 +21,8 @@ import click
 
 import simharness
 
-from . import layout as layout_commands
-from . import output as out
-from .common import SimharnessGroup
+from . import check, demo, diff, explain, export, inspect, version
+from .errors import SimharnessGroup
 
 
 @click.group("simharness", cls=SimharnessGroup,
@@ -56,7 +59,8 @@ def main(ctx, color):
     ctx.color = color
 
 
-layout_commands.register(main)
+for _module in (inspect, check, diff, export, explain, version):
+    _module.register(main)
 
 # Other command families register themselves when present; an error inside
 # one of them surfaces (only the module's absence is tolerated).
@@ -70,31 +74,7 @@ for _name in ("simharness._cli.topology", "simharness._cli.replay", "simharness.
     else:
         _module.register(main)
 
-
-@main.command(short_help="A 16-rank example: option off and on, with the checks.")
-def demo():
-    """A 16-rank layout (tp 2, pp 2, cp 2) with create_all_gather_group off and on, and the checks.
-
-    \b
-    Example:
-      simharness demo
-    """
-    base = simharness.ParallelismConfig(world_size=16, tensor_model_parallel_size=2,
-                                        pipeline_model_parallel_size=2, context_parallel_size=2)
-    for i, ag in enumerate((False, True)):
-        layout = simharness.build_layout(base.replace(create_all_gather_group=ag))
-        if i:
-            out.echo()
-        out.echo(out.style(f"== create_all_gather_group {out.onoff(ag)} ==", bold=True,
-                           fg="cyan"))
-        layout_commands.echo_summary(layout)
-        out.echo()
-        layout_commands.echo_kinds(layout, layout.kinds, show_all=False)
-        out.echo()
-        out.echo(out.heading("checks"))
-        findings = simharness.check(layout)
-        out.echo_findings(findings, indent=2)
-        out.echo("  " + out.findings_verdict(findings, strict=False))
+demo.register(main)
 
 
 if __name__ == "__main__":

@@ -31,6 +31,7 @@ import click
 import numpy as np
 
 from ..ranktext import format_rank_set, format_ranks  # noqa: F401 - re-exported
+from ..reports import findings_exit_code, severity_counts  # noqa: F401 - re-exported
 
 # Tables longer than this are summarised (first HEAD, last TAIL rows) unless --all.
 SUMMARY_THRESHOLD = 16
@@ -344,11 +345,6 @@ def _finding_ranks(f) -> str:
     return text
 
 
-def findings_exit_code(findings, strict: bool) -> int:
-    sev = {f.severity for f in findings}
-    return 1 if "error" in sev or (strict and "warning" in sev) else 0
-
-
 def echo_findings(findings, *, strict: bool = False, indent: int = 0) -> None:
     pad = " " * indent
     if not findings:
@@ -379,7 +375,7 @@ def echo_findings(findings, *, strict: bool = False, indent: int = 0) -> None:
 
 
 def findings_verdict(findings, strict: bool) -> str:
-    counts = {s: sum(1 for f in findings if f.severity == s) for s in SEVERITY_ORDER}
+    counts = severity_counts(findings)
     code = findings_exit_code(findings, strict)
     text = (f"{plural(counts['error'], 'error')}, {plural(counts['warning'], 'warning')}"
             f", {counts['info']} info: ")

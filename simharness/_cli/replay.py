@@ -150,22 +150,15 @@ def replay_cmd(ctx, plan_path, engine, timeout, overlap_bytes, iters, report_pat
       simharness replay -n 8 --tp 2 --cp 2 --engine megatron
       simharness replay --nodes 4 --tp 8 --print-torchrun --nnodes 4
     """
-    from ..replay import ReplayOptions, replay, summary_lines, torchrun_command
+    from ..replay import ReplayOptions, replay, summary_lines
 
     layout, note = layout_for_replay(plan_path, engine, kwargs)
     if print_torchrun:
-        nnodes = nnodes or kwargs.get("nodes") or 1
-        path = plan_path or save_plan or DEFAULT_PLAN_OUT
-        if not plan_path:
-            write_plan(layout, path)
-            if not quiet:
-                out.echo(f"wrote the plan to {path}; copy it to every node", err=True)
-        ReplayOptions(backend=backend or "nccl", engine=engine, timeout=timeout,
-                      overlap_bytes=overlap_bytes, iters=iters).validate()
-        out.echo(torchrun_command(path, world_size=layout.world_size, nnodes=nnodes,
-                                  backend=backend or "nccl", engine=engine, timeout=timeout,
-                                  overlap_bytes=overlap_bytes, iters=iters,
-                                  report_path=report_path or "replay-report.json"))
+        _print_torchrun(layout, plan_path or save_plan or DEFAULT_PLAN_OUT,
+                        write=not plan_path, quiet=quiet,
+                        nnodes=nnodes or kwargs.get("nodes") or 1, backend=backend or "nccl",
+                        engine=engine, timeout=timeout, overlap_bytes=overlap_bytes,
+                        iters=iters, report_path=report_path or "replay-report.json")
         return
     out.check_writable(report_path, "--report")  # before any rank starts
     if save_plan:
@@ -183,3 +176,21 @@ def replay_cmd(ctx, plan_path, engine, timeout, overlap_bytes, iters, report_pat
                 line = out.style(line, fg="green" if report["ok"] else "red", bold=True)
             out.echo(line)
     ctx.exit(report["exit_code"])
+
+
+def _print_torchrun(layout: Layout, path: str, *, write: bool, quiet: bool, nnodes: int,
+                    backend: str, engine: str, timeout: float, overlap_bytes: int, iters: int,
+                    report_path: str) -> None:
+    """``--print-torchrun``: the torchrun command that replays the plan at ``path`` on a
+    cluster (the plan written there first when ``write``)."""
+    from ..replay import ReplayOptions, torchrun_command
+
+    if write:
+        write_plan(layout, path)
+        if not quiet:
+            out.echo(f"wrote the plan to {path}; copy it to every node", err=True)
+    ReplayOptions(backend=backend, engine=engine, timeout=timeout,
+                  overlap_bytes=overlap_bytes, iters=iters).validate()
+    out.echo(torchrun_command(path, world_size=layout.world_size, nnodes=nnodes,
+                              backend=backend, engine=engine, timeout=timeout,
+                              overlap_bytes=overlap_bytes, iters=iters, report_path=report_path))

@@ -124,92 +124,96 @@ def _span(ranks) -> str:
     return span(ranks)
 
 
-def register(main):
-    @main.command(short_help="Run distributed tests or scripts written for GPUs on CPU ranks.",
-                  context_settings={"allow_interspersed_args": False,
-                                    "ignore_unknown_options": True})
-    @click.option("-n", "--world-size", "world", type=int, default=None, metavar="W",
-                  help="Ranks in all (default: --nproc-per-node x --nnodes).")
-    @click.option("--nproc-per-node", "nproc", type=int, default=None, metavar="K",
-                  help="Ranks on this node (default: W / --nnodes).")
-    @click.option("--nnodes", type=int, default=None, metavar="N",
-                  help="Nodes (agents); each runs this command with the same --rdzv-endpoint "
-                       "and --run-id.")
-    @click.option("--rdzv-endpoint", default=None, metavar="HOST:PORT",
-                  help="The c10d rendezvous (needed with --nnodes > 1; default: 127.0.0.1 "
-                       "and a free port).")
-    @click.option("--run-id", default=None, help="Rendezvous id, the same on every node.")
-    @click.option("--timeout", type=click.FloatRange(min=0.1), default=120.0, show_default=True,
-                  help="Seconds one test may take; past it the test is reported hung with the "
-                       "stuck ranks' stacks and the rest of the file goes on.")
-    @click.option("--diverge-grace", "grace", type=click.FloatRange(min=0.1), default=5.0,
-                  show_default=True,
-                  help="Seconds ranks may stay in a test that another rank skipped before it "
-                       "is reported diverged (a skip that depends on the rank).")
-    @click.option("--collect-timeout", "collect_timeout", type=click.FloatRange(min=0.1),
-                  default=300.0, show_default=True,
-                  help="Seconds a rank may take to collect the tests (imports included); "
-                       "past it the run ends naming the stuck ranks, with their stacks.")
-    @click.option("--junit-xml", "junit", type=click.Path(dir_okay=False), default=None,
-                  help="Write the verdicts as JUnit XML (also when interrupted).")
-    @click.option("--log-dir", default=None, type=click.Path(file_okay=False),
-                  help="Keep every rank's stdout/stderr under this directory.")
-    @click.option("--results-dir", default=None, type=click.Path(file_okay=False),
-                  help="Where ranks write their records (shared by all nodes when --nnodes "
-                       "> 1; default: a temporary directory).")
-    @click.option("--mem-per-rank", type=click.IntRange(min=1), default=None, metavar="MIB",
-                  help="Memory estimate per rank in MiB (default: measured torch footprint "
-                       "+ an allowance).")
-    @click.option("--no-shim", is_flag=True, default=False,
-                  help="Do not install the CPU GPU shim in the ranks.")
-    @click.argument("command", nargs=-1, type=click.UNPROCESSED)
-    def run(world, nproc, nnodes, rdzv_endpoint, run_id, timeout, grace, collect_timeout, junit,
+def register(main: click.Group) -> None:
+    main.add_command(run_cmd)
+
+
+@click.command("run",
+               short_help="Run distributed tests or scripts written for GPUs on CPU ranks.",
+               context_settings={"allow_interspersed_args": False,
+                                 "ignore_unknown_options": True})
+@click.option("-n", "--world-size", "world", type=int, default=None, metavar="W",
+              help="Ranks in all (default: --nproc-per-node x --nnodes).")
+@click.option("--nproc-per-node", "nproc", type=int, default=None, metavar="K",
+              help="Ranks on this node (default: W / --nnodes).")
+@click.option("--nnodes", type=int, default=None, metavar="N",
+              help="Nodes (agents); each runs this command with the same --rdzv-endpoint "
+                   "and --run-id.")
+@click.option("--rdzv-endpoint", default=None, metavar="HOST:PORT",
+              help="The c10d rendezvous (needed with --nnodes > 1; default: 127.0.0.1 "
+                   "and a free port).")
+@click.option("--run-id", default=None, help="Rendezvous id, the same on every node.")
+@click.option("--timeout", type=click.FloatRange(min=0.1), default=120.0, show_default=True,
+              help="Seconds one test may take; past it the test is reported hung with the "
+                   "stuck ranks' stacks and the rest of the file goes on.")
+@click.option("--diverge-grace", "grace", type=click.FloatRange(min=0.1), default=5.0,
+              show_default=True,
+              help="Seconds ranks may stay in a test that another rank skipped before it "
+                   "is reported diverged (a skip that depends on the rank).")
+@click.option("--collect-timeout", "collect_timeout", type=click.FloatRange(min=0.1),
+              default=300.0, show_default=True,
+              help="Seconds a rank may take to collect the tests (imports included); "
+                   "past it the run ends naming the stuck ranks, with their stacks.")
+@click.option("--junit-xml", "junit", type=click.Path(dir_okay=False), default=None,
+              help="Write the verdicts as JUnit XML (also when interrupted).")
+@click.option("--log-dir", default=None, type=click.Path(file_okay=False),
+              help="Keep every rank's stdout/stderr under this directory.")
+@click.option("--results-dir", default=None, type=click.Path(file_okay=False),
+              help="Where ranks write their records (shared by all nodes when --nnodes "
+                   "> 1; default: a temporary directory).")
+@click.option("--mem-per-rank", type=click.IntRange(min=1), default=None, metavar="MIB",
+              help="Memory estimate per rank in MiB (default: measured torch footprint "
+                   "+ an allowance).")
+@click.option("--no-shim", is_flag=True, default=False,
+              help="Do not install the CPU GPU shim in the ranks.")
+@click.argument("command", nargs=-1, type=click.UNPROCESSED)
+def run_cmd(world, nproc, nnodes, rdzv_endpoint, run_id, timeout, grace, collect_timeout, junit,
             log_dir, results_dir, mem_per_rank, no_shim, command):
-        """Start W ranks the way torchrun does (torch's elastic agent, c10d rendezvous on
-        127.0.0.1), with a shim that answers the CUDA device calls per local rank and runs
-        NCCL as gloo, and run a pytest file or a script on every rank.
+    """Start W ranks the way torchrun does (torch's elastic agent, c10d rendezvous on
+    127.0.0.1), with a shim that answers the CUDA device calls per local rank and runs
+    NCCL as gloo, and run a pytest file or a script on every rank.
 
-        With pytest, every test runs on all ranks together and gets one verdict: passed
-        only if it passed on every rank; failed with the first failing rank's traceback;
-        skipped (a call that needs a real GPU is "skipped: needs GPU"); hung, with the
-        stuck ranks' stacks, after which the rest of the file goes on; or diverged, when
-        the ranks did not all run it (a rank-dependent skip; -x stopping one rank). The
-        exit status is pytest's (0, 1, 2 interrupted, 5 no tests). With a script, each
-        rank's output is prefixed [rankN]: and the status is the first failing rank's.
+    With pytest, every test runs on all ranks together and gets one verdict: passed
+    only if it passed on every rank; failed with the first failing rank's traceback;
+    skipped (a call that needs a real GPU is "skipped: needs GPU"); hung, with the
+    stuck ranks' stacks, after which the rest of the file goes on; or diverged, when
+    the ranks did not all run it (a rank-dependent skip; -x stopping one rank). The
+    exit status is pytest's (0, 1, 2 interrupted, 5 no tests). With a script, each
+    rank's output is prefixed [rankN]: and the status is the first failing rank's.
 
-        \b
-        Examples:
-          simharness run -n 8 -- pytest tests/unit_tests/test_parallel_state.py
-          simharness run -n 4 --junit-xml out.xml -- python -m pytest -q tests/test_x.py
-          simharness run -n 4 -- python train.py --tp 2
-          simharness run -n 8 --nnodes 2 --rdzv-endpoint HOST:29500 --run-id job \\
-              --results-dir /shared/run -- pytest tests/test_x.py      # on each node
-        """
-        nproc, nnodes = _sizes(world, nproc, nnodes)
-        refuse_option_as_command(command)
-        kind, words = parse_command(command)
-        if kind == "pytest":
-            check_pytest_args(words)
-        elif words[0] != "-m" and not os.path.isfile(words[0]):
-            fail(f"script {words[0]!r} does not exist (cwd {os.getcwd()}).")
-        if nnodes > 1 and not rdzv_endpoint:
-            fail(f"--nnodes {nnodes} needs --rdzv-endpoint HOST:PORT (the same on every node).")
-        from ..runtests.runner import cores, memory_plan
+    \b
+    Examples:
+      simharness run -n 8 -- pytest tests/unit_tests/test_parallel_state.py
+      simharness run -n 4 --junit-xml out.xml -- python -m pytest -q tests/test_x.py
+      simharness run -n 4 -- python train.py --tp 2
+      simharness run -n 8 --nnodes 2 --rdzv-endpoint HOST:29500 --run-id job \\
+          --results-dir /shared/run -- pytest tests/test_x.py      # on each node
+    """
+    nproc, nnodes = _sizes(world, nproc, nnodes)
+    refuse_option_as_command(command)
+    kind, words = parse_command(command)
+    if kind == "pytest":
+        check_pytest_args(words)
+    elif words[0] != "-m" and not os.path.isfile(words[0]):
+        fail(f"script {words[0]!r} does not exist (cwd {os.getcwd()}).")
+    if nnodes > 1 and not rdzv_endpoint:
+        fail(f"--nnodes {nnodes} needs --rdzv-endpoint HOST:PORT (the same on every node).")
+    from ..runtests.runner import cores, memory_plan
 
-        plan = memory_plan(nproc, mem_per_rank)
-        n_cores = cores()
-        out.echo(f"simharness run: {nproc * nnodes} ranks ({nnodes} node(s) x {nproc}); this "
-                 f"node: {nproc} ranks on {n_cores} CPU cores ({nproc / n_cores:.1f} per core, "
-                 f"OMP_NUM_THREADS=1); {plan.describe()}", err=True)
-        if not plan.fits:
-            fail(f"{plan.describe()}: that does not fit in 90% of what is available; lower "
-                 f"-n/--nproc-per-node, or give --mem-per-rank if the estimate is wrong.")
-        if kind == "script":
-            sys.exit(_run_script(words, nproc, nnodes, rdzv_endpoint, run_id, log_dir,
-                                 not no_shim))
-        sys.exit(_run_pytest(words, nproc, nnodes, rdzv_endpoint, run_id, timeout,
-                             (grace, collect_timeout), junit, log_dir, results_dir,
+    plan = memory_plan(nproc, mem_per_rank)
+    n_cores = cores()
+    out.echo(f"simharness run: {nproc * nnodes} ranks ({nnodes} node(s) x {nproc}); this "
+             f"node: {nproc} ranks on {n_cores} CPU cores ({nproc / n_cores:.1f} per core, "
+             f"OMP_NUM_THREADS=1); {plan.describe()}", err=True)
+    if not plan.fits:
+        fail(f"{plan.describe()}: that does not fit in 90% of what is available; lower "
+             f"-n/--nproc-per-node, or give --mem-per-rank if the estimate is wrong.")
+    if kind == "script":
+        sys.exit(_run_script(words, nproc, nnodes, rdzv_endpoint, run_id, log_dir,
                              not no_shim))
+    sys.exit(_run_pytest(words, nproc, nnodes, rdzv_endpoint, run_id, timeout,
+                         (grace, collect_timeout), junit, log_dir, results_dir,
+                         not no_shim))
 
 
 def _run_script(target, nproc, nnodes, rdzv_endpoint, run_id, log_dir, shim) -> int:
