@@ -395,13 +395,11 @@ def check_matches_config(w: _World) -> list[Finding]:
 
 
 def check_pp_agree(w: _World) -> list[Finding]:
-    from .grid import Grid
-
     lay = w.layout
     if not lay.has("pp"):
         return []
-    expert = Grid.expert(lay.config, gtp_token=lay.profile.gtp_axis).groups("pp",
-                                                                          cache=not w.lean)
+    expert = lay.config.expert_grid(gtp_token=lay.profile.gtp_axis).groups("pp",
+                                                                         cache=not w.lean)
     dense = w.groups("pp")
     if dense.shape == expert.shape and np.array_equal(dense, expert):
         return []

@@ -546,10 +546,11 @@ def config_from_options(**kwargs) -> tuple[ParallelismConfig, str]:
 
 def layout_from_options(**kwargs):
     """``build_layout(*config_from_options(**kwargs))``."""
+    from ..fields import ParallelismFields
     from ..layout import build_layout
 
-    cfg, mcore = config_from_options(**kwargs)
-    return build_layout(cfg, mcore)
+    fields, mcore = config_fields_from_options(**kwargs)
+    return build_layout(ParallelismFields.from_dict(fields), mcore)  # validated once
 
 
 def node_shape(cfg: ParallelismConfig, **kwargs) -> tuple[int, int]:

@@ -17,7 +17,8 @@ import numpy as np
 from .. import __version__
 from ..config import DEFAULT_MCORE, GROUP_FIELDS, MCORE_PROFILES, ParallelismConfig
 from ..errors import SimharnessError
-from ..layout import Layout, build_layout
+from ..fields import ParallelismFields
+from ..layout import Draft, Layout, build_layout
 from ..planfile import plan_json, read_plan
 from ..resources import layout_memory_check
 from . import output as out
@@ -198,11 +199,11 @@ def _load(kwargs, command: str = "build") -> tuple[Layout, bool]:
     ``command`` names the memory estimate (``simharness.resources``) checked first.
     """
     fields, mcore = config_fields_from_options(**kwargs)
+    draft = Draft.of(fields, mcore)  # normalised, type-checked; its loops hold no arrays
     # The estimate comes first: validating a huge world already builds world-sized arrays.
-    layout_memory_check(ParallelismConfig.from_dict(fields, _validate=False), mcore, command,
+    layout_memory_check(draft.fields, mcore, command, kinds=draft.kinds,
                         what=command.split("-")[0] if command != "build" else None)
-    cfg = ParallelismConfig.from_dict(fields)
-    return build_layout(cfg, mcore), fields.get("world_size") is None
+    return draft.layout(), fields.get("world_size") is None
 
 
 # ==================================================================== commands
@@ -472,7 +473,7 @@ def _read_side(path: str, kwargs: dict) -> Layout:
         return _read_export(path)
     fields, mcore = config_fields_from_options(**{**kwargs, "config_file": path})
     try:
-        return build_layout(ParallelismConfig.from_dict(fields), mcore)
+        return build_layout(ParallelismFields.from_dict(fields), mcore)
     except SimharnessError as exc:
         raise SimharnessError(f"{path}: {exc}") from None
 
@@ -778,7 +779,7 @@ def explain_cmd(fmt, quiet, **kwargs):
 
     fields, mcore = config_fields_from_options(**kwargs)
     try:  # the rules build a huge world's pipeline groups: estimate first
-        raw = ParallelismConfig.from_dict(fields, _validate=False)
+        raw = ParallelismFields.from_dict(fields)
     except SimharnessError:
         raw = None  # explain describes it
     if raw is not None:
