@@ -326,8 +326,11 @@ def config_differences(layout: Layout, ref: Layout | None = None, *,
     comparison and drop them (huge worlds), same result.
     """
     from .layout import build_layout
+    from .profiles import build_loops
 
-    ref = build_layout(layout.config, layout.mcore) if ref is None else ref
+    if ref is None:  # a built layout's config is validated for its profile already
+        ref = (Layout(layout.config, layout.mcore, build_loops(layout.config, layout.mcore))
+               if layout.built else build_layout(layout.config, layout.mcore))
     diffs: list[dict[str, Any]] = []
 
     def note(kind, desc, message):

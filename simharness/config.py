@@ -198,7 +198,8 @@ def validated(raw: ParallelismFields, mcore: str, *,
     The error is the one constructing ``ParallelismConfig(**raw)`` and then calling
     ``validate(cfg, mcore, world=world)`` raises: when no profile accepts the input, the
     default profile's error (a bare configuration must suit some profile first);
-    otherwise ``mcore``'s. Only the failure path evaluates other profiles.
+    otherwise ``mcore``'s. Only the failure path (and a ``world`` larger than the
+    configuration's own) evaluates other profiles.
 
     >>> from simharness.fields import ParallelismFields
     >>> validated(ParallelismFields(world_size=8, tensor_model_parallel_size=2), "0.18").dp
@@ -209,6 +210,8 @@ def validated(raw: ParallelismFields, mcore: str, *,
     except LayoutError as exc:  # an unknown profile
         error = exc
     if error is None:
+        if world is not None:  # accepted in the larger torch world; a bare configuration
+            validate(raw)      # must suit some profile in its own world first
         return ParallelismConfig._adopt(raw)
     try:
         validate(raw)

@@ -195,11 +195,19 @@ class RankView:
 
 
 class Layout:
-    """All groups of one configuration under one megatron-core profile."""
+    """All groups of one configuration under one megatron-core profile.
 
-    def __init__(self, config: ParallelismConfig, mcore: str, loops: list[Loop]):
+    ``built``: the layout is what :func:`build_layout` (or :meth:`Draft.layout`) made of
+    :attr:`config` for :attr:`mcore` in the default torch world, so the configuration
+    has been validated for that profile and the groups are the builder's (a layout read
+    back from an export, or one made with another ``torch_world``, is not).
+    """
+
+    def __init__(self, config: ParallelismConfig, mcore: str, loops: list[Loop], *,
+                 built: bool = False):
         self.config = config
         self.mcore = mcore
+        self.built = built
         self.creation_order = CreationOrder(loops)
         self._entries: dict[str, Entry] = {}
         for e in self.creation_order.entries():
@@ -527,7 +535,7 @@ def build_layout(config: ParallelismConfig | ParallelismFields | Mapping[str, An
             config = ParallelismFields.from_object(config, **overrides)
         config = validated(config, mcore, world=torch_world)
         mcore = check_profile(mcore)
-    return Layout(config, mcore, build_loops(config, mcore))
+    return Layout(config, mcore, build_loops(config, mcore), built=torch_world is None)
 
 
 @dataclass(frozen=True)
@@ -567,4 +575,4 @@ class Draft:
         cfg = validated(self.fields, self.mcore, world=torch_world)
         mcore = check_profile(self.mcore)
         return Layout(cfg, mcore, self.loops if self.loops is not None
-                      else build_loops(cfg, mcore))
+                      else build_loops(cfg, mcore), built=torch_world is None)
