@@ -1,7 +1,10 @@
 """simharness: Megatron-Core process-group layouts, simulated, checked and replayed.
 
-The core (config, grid, plan, layout, checks) is pure: it never imports
-``torch.distributed``. ``simharness.replay`` and ``simharness.capture`` are the only parts that do.
+The core (fields, config, grid, plan, layout, checks, and mcore and creation_log, which
+read the installed megatron-core's version and compare a recorded ``new_group`` log with
+the plan) is pure: it never imports ``torch.distributed``. Which package may import which,
+and which may import ``torch.distributed``, is stated once in docs/architecture.md and
+enforced by the import-rules test.
 """
 
 from .checks import check

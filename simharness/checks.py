@@ -326,8 +326,11 @@ def config_differences(layout: Layout, ref: Layout | None = None, *,
     comparison and drop them (huge worlds), same result.
     """
     from .layout import build_layout
+    from .profiles import build_loops
 
-    ref = build_layout(layout.config, layout.mcore) if ref is None else ref
+    if ref is None:  # a built layout's config is validated for its profile already
+        ref = (Layout(layout.config, layout.mcore, build_loops(layout.config, layout.mcore))
+               if layout.built else build_layout(layout.config, layout.mcore))
     diffs: list[dict[str, Any]] = []
 
     def note(kind, desc, message):
@@ -395,13 +398,11 @@ def check_matches_config(w: _World) -> list[Finding]:
 
 
 def check_pp_agree(w: _World) -> list[Finding]:
-    from .grid import Grid
-
     lay = w.layout
     if not lay.has("pp"):
         return []
-    expert = Grid.expert(lay.config, gtp_token=lay.profile.gtp_axis).groups("pp",
-                                                                          cache=not w.lean)
+    expert = lay.config.expert_grid(gtp_token=lay.profile.gtp_axis).groups("pp",
+                                                                         cache=not w.lean)
     dense = w.groups("pp")
     if dense.shape == expert.shape and np.array_equal(dense, expert):
         return []

@@ -24,7 +24,8 @@ from typing import Any
 
 from .config import ALIASES, DEFAULT_MCORE, ParallelismConfig
 from .errors import SimharnessError
-from .profiles import check_profile
+from .fields import ParallelismFields
+from .profiles import build_loops, check_profile
 from .rules import evaluate_all, expert_formula, model_formula
 
 
@@ -89,26 +90,28 @@ def explain(fields: Mapping[str, Any], mcore: str = DEFAULT_MCORE) -> Explanatio
     given = {ALIASES.get(k, str(k).replace("-", "_")): v for k, v in dict(fields).items()}
     try:
         mcore = check_profile(mcore)
-        raw = ParallelismConfig.from_dict(given, _validate=False)
+        raw = ParallelismFields.from_dict(given)
     except SimharnessError as exc:  # not even well-typed (or an unknown profile)
         return Explanation(given, str(mcore), None, [], [], str(exc))
     verdicts = [(rule, v) for rule, v in evaluate_all(raw, mcore) if v is not None]
     rules = [Rule(rule.name, rule.statement, v.check, v.holds, rule.source)
              for rule, v in verdicts]
     error = next((v.message for _, v in verdicts if not v.holds), None)
-    cfg = raw if error is None else None
+    # Every rule of the profile holds: the fields are valid for it (validated once, here).
+    cfg = ParallelismConfig._adopt(raw) if error is None else None
     derived = _derived(raw, given)
-    if error is None:
-        from .layout import build_layout
+    if cfg is not None:
+        from .layout import Layout
 
         try:
-            derived += _layout_sizes(build_layout(raw, mcore).summary(), mcore)
+            derived += _layout_sizes(Layout(cfg, mcore, build_loops(cfg, mcore)).summary(),
+                                     mcore)
         except SimharnessError as exc:
             error = str(exc)
     return Explanation(given, mcore, cfg, derived, rules, error)
 
 
-def _derived(c: ParallelismConfig, given: Mapping[str, Any]) -> list[Derived]:
+def _derived(c: ParallelismFields, given: Mapping[str, Any]) -> list[Derived]:
     """The sizes ``c`` implies, with worked formulas."""
     form, nums = model_formula(c)
     eform, enums = expert_formula(c)

@@ -28,16 +28,16 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 from functools import lru_cache
-from typing import TYPE_CHECKING
 
 import numpy as np
 
 from .errors import LayoutError
 
-if TYPE_CHECKING:  # pragma: no cover
-    from .config import ParallelismConfig
-
 RANK_DTYPE = np.int64
+
+# initialize_model_parallel's default ``order``; create_all_gather_groups() (0.18+)
+# hard-codes the same string (and rank_offset 0) for its generators.
+DEFAULT_ORDER = "tp-cp-ep-dp-pp"
 
 
 @dataclass(frozen=True)
@@ -73,38 +73,36 @@ class Grid:
         return cls(names, tuple(int(sizes[t]) for t in names), int(offset))
 
     @classmethod
-    def dense(cls, cfg: ParallelismConfig, *, order: str | None = None,
-              offset: int | None = None, gtp_token: bool = False) -> Grid:
-        """The decoder generator of ``initialize_model_parallel``.
+    def dense(cls, order: str, *, tp: int, pp: int, dp: int, cp: int, gtp: int = 1,
+              offset: int = 0, gtp_token: bool = False) -> Grid:
+        """The decoder generator of ``initialize_model_parallel`` (``ep=1``).
 
-        ``gtp_token`` adds the 0.19 ``gtp_remat`` dimension (see ``profiles``).
+        ``gtp_token`` adds the 0.19 ``gtp_remat`` dimension (see ``profiles``); a GTP size
+        ``gtp`` > 1 or the token in ``order`` adds it anyway.
         """
-        sizes = dict(tp=cfg.tp, pp=cfg.pp, dp=cfg.dp, ep=1, cp=cfg.cp)
-        return cls._generator(cfg, sizes, cfg.gtp_remat_size, "tp", order, offset, gtp_token)
+        sizes = dict(tp=tp, pp=pp, dp=dp, ep=1, cp=cp)
+        return cls._generator(order, offset, sizes, gtp, "tp", gtp_token)
 
     @classmethod
-    def expert(cls, cfg: ParallelismConfig, *, order: str | None = None,
-               offset: int | None = None, gtp_token: bool = False) -> Grid:
+    def expert(cls, order: str, *, etp: int, ep: int, pp: int, edp: int, egtp: int = 1,
+               offset: int = 0, gtp_token: bool = False) -> Grid:
         """The expert generator: ``tp=etp, ep, dp=expert dp, pp, cp=1``."""
-        sizes = dict(tp=cfg.etp, pp=cfg.pp, dp=cfg.edp, ep=cfg.ep, cp=1)
-        return cls._generator(cfg, sizes, cfg.expert_gtp_remat_size, "ep", order, offset,
-                              gtp_token)
+        sizes = dict(tp=etp, pp=pp, dp=edp, ep=ep, cp=1)
+        return cls._generator(order, offset, sizes, egtp, "ep", gtp_token)
 
     @classmethod
-    def _generator(cls, cfg: ParallelismConfig, sizes: dict[str, int], gtp: int, after: str,
-                   order: str | None, offset: int | None, gtp_token: bool) -> Grid:
+    def _generator(cls, order: str, offset: int, sizes: dict[str, int], gtp: int, after: str,
+                   gtp_token: bool) -> Grid:
         """A generator of a *validated* configuration; a token the order repeats counts once.
 
         Megatron accepts a repeated token only when the repeat changes no group (its size
         is 1, or every dimension after it has size 1; ``rules`` rejects the rest), so the
         first occurrence alone gives Megatron's groups.
         """
-        order = cfg.order_resolved if order is None else order
         if gtp_token or gtp > 1 or "gtp_remat" in order.split("-"):
             sizes["gtp_remat"] = gtp
             order = inject_gtp(order, after=after)
-        return cls.from_sizes(first_occurrences(order),
-                              cfg.rank_offset if offset is None else offset, **sizes)
+        return cls.from_sizes(first_occurrences(order), offset, **sizes)
 
     # ------------------------------------------------------------- geometry
     @property

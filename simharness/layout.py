@@ -27,9 +27,10 @@ from typing import Any
 
 import numpy as np
 
-from .config import DEFAULT_MCORE, ParallelismConfig, validate
+from .config import DEFAULT_MCORE, ParallelismConfig, validate, validated
 from .errors import GroupNotInitialized, LayoutError
-from .plan import CreationOrder, Entry, Loop, Step
+from .fields import ParallelismFields
+from .plan import CreationOrder, Entry, Loop, Step, kind_count
 from .profiles import Profile, build_loops, check_profile, get_profile
 from .sources import Fixed, GroupSource
 
@@ -194,11 +195,19 @@ class RankView:
 
 
 class Layout:
-    """All groups of one configuration under one megatron-core profile."""
+    """All groups of one configuration under one megatron-core profile.
 
-    def __init__(self, config: ParallelismConfig, mcore: str, loops: list[Loop]):
+    ``built``: the layout is what :func:`build_layout` (or :meth:`Draft.layout`) made of
+    :attr:`config` for :attr:`mcore` in the default torch world, so the configuration
+    has been validated for that profile and the groups are the builder's (a layout read
+    back from an export, or one made with another ``torch_world``, is not).
+    """
+
+    def __init__(self, config: ParallelismConfig, mcore: str, loops: list[Loop], *,
+                 built: bool = False):
         self.config = config
         self.mcore = mcore
+        self.built = built
         self.creation_order = CreationOrder(loops)
         self._entries: dict[str, Entry] = {}
         for e in self.creation_order.entries():
@@ -503,21 +512,67 @@ class Layout:
                 f"ag={c.create_all_gather_group}, {len(self.creation_order)} new_group calls)")
 
 
-def build_layout(config: ParallelismConfig | Mapping[str, Any] | Any,
+def build_layout(config: ParallelismConfig | ParallelismFields | Mapping[str, Any] | Any,
                  mcore: str = DEFAULT_MCORE, *, torch_world: int | None = None,
                  **overrides) -> Layout:
     """Every group Megatron-Core ``mcore`` builds for ``config``, in creation order.
 
-    ``config`` may be a :class:`ParallelismConfig`, a mapping, or any object
+    ``config`` may be a :class:`ParallelismConfig`, its unvalidated fields
+    (:class:`~simharness.fields.ParallelismFields`), a mapping, or any object
     with NeMo's attribute names; ``overrides`` replace fields. ``torch_world`` is
     the size of the torch world when the job is a window of a larger one (it
     decides whether Megatron's groups stay in range); by default
-    ``rank_offset + world_size``.
+    ``rank_offset + world_size``. Everything but a :class:`ParallelismConfig` is
+    validated once, for ``mcore`` (:func:`simharness.config.validated`).
     """
-    if not isinstance(config, ParallelismConfig):
-        config = ParallelismConfig.from_object(config, **overrides)
-    elif overrides:
-        config = config.replace(**overrides)
-    mcore = check_profile(mcore)
-    validate(config, mcore, world=torch_world)
-    return Layout(config, mcore, build_loops(config, mcore))
+    if isinstance(config, ParallelismConfig):
+        if overrides:
+            config = config.replace(**overrides)
+        mcore = check_profile(mcore)
+        validate(config, mcore, world=torch_world)
+    else:
+        if not isinstance(config, ParallelismFields) or overrides:
+            config = ParallelismFields.from_object(config, **overrides)
+        config = validated(config, mcore, world=torch_world)
+        mcore = check_profile(mcore)
+    return Layout(config, mcore, build_loops(config, mcore), built=torch_world is None)
+
+
+@dataclass(frozen=True)
+class Draft:
+    """A configuration before validation: its fields (normalised and type-checked), the
+    profile, and Megatron's ``new_group`` loops for them, which hold no arrays. Enough
+    for the memory estimate (:attr:`kinds`); :meth:`layout` then validates once, for
+    the profile, and builds the :class:`Layout` from the same loops.
+
+    >>> d = Draft.of({"world_size": 16, "tp": 2}, "0.19")
+    >>> d.kinds, d.layout().world_size
+    (23, 16)
+    """
+
+    fields: ParallelismFields
+    mcore: str
+    loops: list[Loop] | None  # None: the sizes make no plan (validation says why)
+
+    @classmethod
+    def of(cls, fields: Mapping[str, Any] | ParallelismFields, mcore: str) -> Draft:
+        """Normalise and type-check ``fields`` (errors raise here) and draft their loops."""
+        raw = fields if isinstance(fields, ParallelismFields) else \
+            ParallelismFields.from_dict(fields)
+        try:
+            loops: list[Loop] | None = build_loops(raw, mcore)
+        except Exception:  # noqa: BLE001 - an invalid configuration: validation says why
+            loops = None
+        return cls(raw, mcore, loops)
+
+    @property
+    def kinds(self) -> int:
+        """The layout's group kinds (23 when the sizes make no plan)."""
+        return 23 if self.loops is None else kind_count(self.loops)
+
+    def layout(self, *, torch_world: int | None = None) -> Layout:
+        """Validate once for :attr:`mcore` and build the layout from the drafted loops."""
+        cfg = validated(self.fields, self.mcore, world=torch_world)
+        mcore = check_profile(self.mcore)
+        return Layout(cfg, mcore, self.loops if self.loops is not None
+                      else build_loops(cfg, mcore), built=torch_world is None)

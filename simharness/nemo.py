@@ -10,7 +10,6 @@ rank's coordinates without creating groups. Here it costs O(dims) per rank.
 from __future__ import annotations
 
 from .config import DEFAULT_ORDER, TP_PP_DP_ORDER, ParallelismConfig
-from .grid import Grid
 
 
 def fake_initialize_model_parallel(world_size: int, rank: int, tp_: int, pp_: int,
@@ -32,7 +31,7 @@ def fake_initialize_model_parallel(world_size: int, rank: int, tp_: int, pp_: in
         encoder_tensor_model_parallel_size=enc_tp_,
         encoder_pipeline_model_parallel_size=enc_pp_,
         order=TP_PP_DP_ORDER if use_tp_pp_dp_mapping else DEFAULT_ORDER)
-    dense, expert = Grid.dense(cfg), Grid.expert(cfg)
+    dense, expert = cfg.dense_grid(), cfg.expert_grid()
     d, e = dense.coords(rank), expert.coords(rank)
     ep_rank = e["ep"] if ep_ > 1 else 0
     etp_rank = e["tp"] if cfg.etp > 1 else 0

@@ -132,3 +132,8 @@ class CreationOrder(Sequence):
 
     def __repr__(self) -> str:
         return f"CreationOrder({self._len} new_group calls, {len(self.entries())} kinds)"
+
+
+def kind_count(loops: Sequence[Loop]) -> int:
+    """The group kinds the loops create (the kinds of a :class:`CreationOrder` of them)."""
+    return sum(len(lp.entries) for lp in loops if lp.length)

@@ -21,10 +21,10 @@ capability flags looked up by name in :data:`PROFILES`:
     injected ``gtp_remat`` token in the order.
 
 All profiles share one builder, :func:`build_loops`, which reads only the flags.
-This module is the one home of the profile names (:data:`MCORE_PROFILES`), the
-default profile (:data:`DEFAULT_MCORE`) and Megatron's default order
-(:data:`DEFAULT_ORDER`); the rules that differ per profile are in
-:mod:`simharness.rules`.
+This module is the one home of the profile names (:data:`MCORE_PROFILES`) and the
+default profile (:data:`DEFAULT_MCORE`); Megatron's default order
+(:data:`DEFAULT_ORDER`) is :mod:`simharness.grid`'s, imported here. The rules that
+differ per profile are in :mod:`simharness.rules`.
 """
 
 from __future__ import annotations
@@ -34,16 +34,12 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from .errors import LayoutError
-from .grid import Grid, inject_gtp
+from .grid import DEFAULT_ORDER, Grid, inject_gtp
 from .plan import Entry, Loop, Step
 from .sources import Chunks, Concat, GroupSource, Hierarchical, Ortho, Pick
 
 if TYPE_CHECKING:  # pragma: no cover
-    from .config import ParallelismConfig
-
-# initialize_model_parallel's default ``order``; create_all_gather_groups() (0.18+)
-# hard-codes the same string (and rank_offset 0) for its generators.
-DEFAULT_ORDER = "tp-cp-ep-dp-pp"
+    from .fields import ParallelismFields
 
 # Keyword arguments of initialize_model_parallel every profile takes (besides world_size).
 _COMMON_KWARGS = (
@@ -152,13 +148,13 @@ def _hier_descs(desc: str, level: int, gloo: bool) -> str:
     return f"HIERARCHICAL_{desc}_GLOO_L{level}" if gloo else f"HIERARCHICAL_{desc}_L{level}"
 
 
-def build_loops(cfg: ParallelismConfig, mcore: str) -> list[Loop]:
+def build_loops(cfg: ParallelismFields, mcore: str) -> list[Loop]:
     """The whole ``new_group`` sequence of ``initialize_model_parallel`` (+ AG groups)."""
-    prof = get_profile(mcore)  # cfg is validated for this profile (layout.build_layout)
+    prof = get_profile(mcore)  # cfg is validated for this profile, or a draft (layout.Draft)
     gtp_axis = prof.gtp_axis  # the gtp_remat token and the GTP groups (0.19)
     nccl = "nccl"
-    dense = Grid.dense(cfg, gtp_token=gtp_axis)
-    expert = Grid.expert(cfg, gtp_token=gtp_axis)
+    dense = cfg.dense_grid(gtp_token=gtp_axis)
+    expert = cfg.expert_grid(gtp_token=gtp_axis)
     gtp_dense = gtp_axis and cfg.gtp_remat_size > 1
     gtp_expert = gtp_axis and cfg.expert_gtp_remat_size > 1
     # GTP (0.19): gtp > 1 turns Gloo off for the whole function, egtp > 1 before expert DP.
@@ -243,7 +239,7 @@ def build_loops(cfg: ParallelismConfig, mcore: str) -> list[Loop]:
     return loops
 
 
-def _dp_cp_loops(cfg: ParallelismConfig, prof: Profile, dense: Grid,
+def _dp_cp_loops(cfg: ParallelismFields, prof: Profile, dense: Grid,
                  gloo: bool) -> list[Loop]:
     """DP-with-CP with its AG twin (``ag_in_init``), its Gloo twin and the partial-DP
     groups of each instance; then the hybrid DP-CP groups."""
@@ -268,7 +264,7 @@ def _dp_cp_loops(cfg: ParallelismConfig, prof: Profile, dense: Grid,
     return loops
 
 
-def _cp_loop(cfg: ParallelismConfig, dense: Grid) -> Loop:
+def _cp_loop(cfg: ParallelismFields, dense: Grid) -> Loop:
     """CP groups, each followed by its hierarchical sub-groups."""
     cp = Ortho(dense, "cp")
     steps = [Step(1, (Entry("cp", "CONTEXT_PARALLEL_GROUP", "nccl", cp),))]
@@ -280,7 +276,7 @@ def _cp_loop(cfg: ParallelismConfig, dense: Grid) -> Loop:
     return Loop(cp.n_groups, tuple(steps))
 
 
-def _expert_dp_loop(cfg: ParallelismConfig, expert: Grid, gloo: bool) -> Loop:
+def _expert_dp_loop(cfg: ParallelismFields, expert: Grid, gloo: bool) -> Loop:
     """Expert DP (and its Gloo twin), each followed by its intra/inter-instance groups."""
     n = cfg.num_distributed_optimizer_instances
     ep_dp = Ortho(expert, "dp")
@@ -309,7 +305,7 @@ def hybrid_chunk_sizes(dp_cp: int) -> list[int]:
     return [2 ** i for i in range(int(math.log2(dp_cp)))][1:]
 
 
-def ag_grids_after_init(cfg: ParallelismConfig, mcore: str) -> tuple[Grid, Grid | None]:
+def ag_grids_after_init(cfg: ParallelismFields, mcore: str) -> tuple[Grid, Grid | None]:
     """The generators ``create_all_gather_groups`` builds: hard-coded order, offset 0.
 
     Its sizes come from the getters: ``dp`` is ``get_data_parallel_world_size()``, which
@@ -333,7 +329,7 @@ def ag_grids_after_init(cfg: ParallelismConfig, mcore: str) -> tuple[Grid, Grid 
     return dense, expert
 
 
-def all_gather_loops_after_init(cfg: ParallelismConfig, mcore: str) -> list[Loop]:
+def all_gather_loops_after_init(cfg: ParallelismFields, mcore: str) -> list[Loop]:
     dense, expert = ag_grids_after_init(cfg, mcore)
     loops = [Loop.simple(Entry("dp_cp_ag", "DATA_PARALLEL_GROUP_WITH_CP_AG", "nccl",
                                Ortho(dense, "dp-cp")))]

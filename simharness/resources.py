@@ -263,17 +263,19 @@ def layout_peak_bytes(command: str, world: int, kinds: int = 23) -> int:
 
 
 def layout_memory_check(cfg, mcore: str, command: str, limit: MemoryLimit | None = None, *,
-                        what: str | None = None) -> None:
+                        what: str | None = None, kinds: int | None = None) -> None:
     """Refuse (:class:`ResourceError`) a layout command whose estimate does not fit,
-    before anything world-sized is built. ``cfg``: a :class:`ParallelismConfig`, best
-    not yet validated (``from_dict(fields, _validate=False)``): validating a huge world
-    builds its pipeline groups."""
+    before anything world-sized is built. ``cfg``: the fields, best not yet validated
+    (:class:`simharness.fields.ParallelismFields`): validating a huge world builds its
+    pipeline groups. ``kinds``: the layout's kind count when the caller has drafted its
+    loops (:class:`simharness.layout.Draft`); counted here otherwise."""
     import math
 
     world = cfg.world_size
     if layout_peak_bytes(command, world) <= 256 * MIB:
         return  # small: no need to read the machine's memory
-    kinds = _kind_count(cfg, mcore)
+    if kinds is None:
+        kinds = _kind_count(cfg, mcore)
     limit = limit or available_memory()
     need = layout_peak_bytes(command, world, kinds)
     if need <= limit.usable:
@@ -293,10 +295,10 @@ def layout_memory_check(cfg, mcore: str, command: str, limit: MemoryLimit | None
 def _kind_count(cfg, mcore: str) -> int:
     """The layout's kind count without building or validating it (23 when unknown)."""
     try:
-        from .plan import CreationOrder
+        from .plan import kind_count
         from .profiles import build_loops
 
-        return sum(1 for _ in CreationOrder(build_loops(cfg, mcore)).entries())
+        return kind_count(build_loops(cfg, mcore))
     except Exception:  # noqa: BLE001 - an invalid configuration: validation will say why
         return 23
 

@@ -7,11 +7,11 @@ Megatron raises, and ``evaluate(facts) -> Verdict | None`` (None: the rule does
 not apply). :func:`first_failure` walks :data:`RULES` in order, so the first
 error is the one megatron-core of that profile raises first.
 
->>> from simharness import ParallelismConfig
->>> cfg = ParallelismConfig(world_size=16, tensor_model_parallel_size=2, _validate=False)
+>>> from simharness.fields import ParallelismFields
+>>> cfg = ParallelismFields(world_size=16, tensor_model_parallel_size=2)   # not validated
 >>> [r.name for r, v in evaluate_all(cfg, "0.19") if v is not None and v.holds][:3]
 ['world-covers-pipeline', 'world-divisible', 'order-dense']
->>> cfg = ParallelismConfig(world_size=12, tensor_model_parallel_size=8, _validate=False)
+>>> cfg = ParallelismFields(world_size=12, tensor_model_parallel_size=8)
 >>> first_failure(cfg, "0.19").megatron_error
 'RuntimeError'
 """
@@ -30,7 +30,7 @@ from .grid import Grid, inject_gtp
 from .profiles import DEFAULT_ORDER, Profile, ag_grids_after_init, get_profile, hybrid_chunk_sizes
 
 if TYPE_CHECKING:  # pragma: no cover
-    from .config import ParallelismConfig
+    from .fields import ParallelismFields
 
 NEMO, MCORE, SIMHARNESS = "NeMo", "Megatron-Core", "simharness"
 
@@ -54,7 +54,7 @@ class Verdict:
 class Facts:
     """What the rules read: the configuration, the profile and the torch world."""
 
-    cfg: ParallelismConfig
+    cfg: ParallelismFields
     profile: Profile
     torch_world: int  # ranks of the job's torch world (rank_offset + world_size unless given)
 
@@ -88,7 +88,7 @@ def _rule(name: str, statement: str, megatron_error: str | None, source: str = M
 
 
 # ------------------------------------------------ Megatron's generators, exactly
-def _sizes(cfg: ParallelismConfig, expert: bool, gtp_axis: bool) -> dict[str, int]:
+def _sizes(cfg: ParallelismFields, expert: bool, gtp_axis: bool) -> dict[str, int]:
     """RankGenerator's ``name_to_size`` (its key order is the append order)."""
     if expert:
         sizes = dict(tp=cfg.etp, pp=cfg.pp, dp=cfg.edp, ep=cfg.ep, cp=1)
@@ -314,13 +314,13 @@ def _gtp_one_instance(f: Facts) -> Verdict | None:
         f"or GTP sizes of 1."))
 
 
-def model_formula(c: ParallelismConfig) -> tuple[str, str]:
+def model_formula(c: ParallelismFields) -> tuple[str, str]:
     gtp = c.gtp_remat_size > 1
     return (f"tp*pp*cp{'*gtp' if gtp else ''}",
             f"{c.tp}*{c.pp}*{c.cp}{f'*{c.gtp_remat_size}' if gtp else ''}")
 
 
-def expert_formula(c: ParallelismConfig) -> tuple[str, str]:
+def expert_formula(c: ParallelismFields) -> tuple[str, str]:
     egtp = c.expert_gtp_remat_size > 1
     return (f"etp*ep*pp{'*egtp' if egtp else ''}",
             f"{c.etp}*{c.ep}*{c.pp}{f'*{c.expert_gtp_remat_size}' if egtp else ''}")
@@ -629,7 +629,7 @@ def _repeated_token_groups(f: Facts) -> Verdict | None:
         return None
     window = np.arange(c.rank_offset, c.rank_offset + c.world_size_resolved)
     grids = {e: _megatron_grid(f, e) for e in (False, True)}
-    ours = {False: Grid.dense(c, gtp_token=f.gtp_axis), True: Grid.expert(c, gtp_token=f.gtp_axis)}
+    ours = {False: c.dense_grid(gtp_token=f.gtp_axis), True: c.expert_grid(gtp_token=f.gtp_axis)}
     differ = []  # (expert, token, Megatron's lists, job ranks left out, ranks past the job)
     for phase in range(1, 6):
         for expert, token, _ in _phase_tokens(f, phase):
@@ -654,12 +654,12 @@ def _repeated_token_groups(f: Facts) -> Verdict | None:
 
 
 # ------------------------------------------------------------------- evaluation
-def _facts(cfg: ParallelismConfig, mcore: str, world: int | None) -> Facts:
+def _facts(cfg: ParallelismFields, mcore: str, world: int | None) -> Facts:
     top = cfg.rank_offset + cfg.world_size_resolved if world is None else int(world)
     return Facts(cfg, get_profile(mcore), top)
 
 
-def evaluate_all(cfg: ParallelismConfig, mcore: str,
+def evaluate_all(cfg: ParallelismFields, mcore: str,
                  world: int | None = None) -> Iterator[tuple[Rule, Verdict | None]]:
     """Every rule with its verdict (None: does not apply; ``holds=None``-like rules that
     cannot be evaluated after an earlier failure yield a verdict of their own error)."""
@@ -679,7 +679,7 @@ def evaluate_all(cfg: ParallelismConfig, mcore: str,
         yield rule, verdict
 
 
-def first_failure(cfg: ParallelismConfig, mcore: str,
+def first_failure(cfg: ParallelismFields, mcore: str,
                   world: int | None = None) -> LayoutError | None:
     """The error megatron-core ``mcore`` raises first for ``cfg`` (None: it accepts).
 

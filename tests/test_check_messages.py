@@ -190,9 +190,8 @@ SCENARIOS: dict[str, Callable[[], Layout]] = {
     "suspicious-etp-gt-tp": lambda: build_layout(ParallelismConfig(
         world_size=8, tensor_model_parallel_size=2, expert_model_parallel_size=2,
         expert_tensor_parallel_size=4), "0.16"),
-    "suspicious-etp-divides-not": lambda: build_layout(ParallelismConfig(
-        world_size=12, tensor_model_parallel_size=6, expert_tensor_parallel_size=4,
-        _validate=False), "0.16"),
+    "suspicious-etp-divides-not": lambda: build_layout(ParallelismConfig.unchecked(
+        world_size=12, tensor_model_parallel_size=6, expert_tensor_parallel_size=4), "0.16"),
     "suspicious-instances": lambda: build_layout(ParallelismConfig(
         world_size=8, tensor_model_parallel_size=2, context_parallel_size=4,
         num_distributed_optimizer_instances=2),

@@ -47,9 +47,9 @@ def test_smallest_world():
 def test_resolved_fields_are_the_constructed_values():
     # world_size=None and order=None are filled in at construction; the typed
     # *_resolved views return exactly those values (also without validation).
-    for validate in (True, False):
-        cfg = ParallelismConfig(tensor_model_parallel_size=2, pipeline_model_parallel_size=2,
-                                use_tp_pp_dp_mapping=True, _validate=validate)
+    for make in (ParallelismConfig, ParallelismConfig.unchecked):
+        cfg = make(tensor_model_parallel_size=2, pipeline_model_parallel_size=2,
+                   use_tp_pp_dp_mapping=True)
         assert (cfg.world_size_resolved, cfg.order_resolved) == (4, TP_PP_DP_ORDER)
         assert (cfg.world_size, cfg.order) == (4, TP_PP_DP_ORDER)
     # A None that escaped construction is a bug, reported as one, not a TypeError later.
@@ -283,7 +283,7 @@ def test_explain_lists_the_rule_table_and_validate_raises_its_first_failure():
     assert listed == sorted(listed, key=names.index)      # the table's order
     failed = [r.name for r in ex.rules if r.holds is False]
     assert failed[:2] == ["world-divisible", "world-divisible-expert"]
-    cfg = ParallelismConfig(**fields, _validate=False)
+    cfg = ParallelismConfig.unchecked(**fields)
     with pytest.raises(LayoutError) as info:
         validate(cfg, "0.18")
     assert info.value.values["rule"] == failed[0] and str(info.value) == ex.error
@@ -298,7 +298,7 @@ def test_validate_raises_in_megatrons_order():
         ParallelismConfig(**kw)
     assert bare.value.megatron_error == "AssertionError"          # 0.19, the default
     with pytest.raises(LayoutError) as old:
-        build_layout(ParallelismConfig(**kw, _validate=False), "0.18")
+        build_layout(ParallelismConfig.unchecked(**kw), "0.18")
     assert old.value.megatron_error == "TypeError"
 
 
@@ -346,7 +346,7 @@ def test_019_order_without_tp(tp, etp, error):
     size > 1 in the enumeration of the first get_ranks (AssertionError)."""
     kw = dict(world_size=8, tensor_model_parallel_size=tp, expert_tensor_parallel_size=etp,
               order="cp-ep-dp-pp")
-    cfg = ParallelismConfig(**kw, _validate=False)
+    cfg = ParallelismConfig.unchecked(**kw)
     with pytest.raises(LayoutError) as info:
         build_layout(cfg, "0.19")
     assert info.value.megatron_error == error
@@ -366,7 +366,7 @@ def test_019_all_gather_with_gtp(gtp, egtp, ep, error):
         assert lay.has("dp_cp_ag") and lay.has("ep_dp_ag") == (ep > 1)
     else:
         with pytest.raises(LayoutError) as info:
-            build_layout(ParallelismConfig(**kw, _validate=False), "0.19")
+            build_layout(ParallelismConfig.unchecked(**kw), "0.19")
         assert info.value.megatron_error == error
 
 

@@ -119,8 +119,9 @@ def test_inject_gtp_is_megatrons(ps019, order):
 @pytest.mark.parametrize("order,offset", [(None, None), ("tp-pp-ep-dp-cp", 3),
                                           ("TP-cp-EP-dp-pp", 0)])
 def test_dense_and_expert_generators_are_megatrons(ps019, order, offset):
-    """Grid.dense / Grid.expert with the 0.19 GTP axis (injected after tp / ep) against
-    Megatron 0.19's RankGenerator; without the axis by default."""
+    """Grid.dense / Grid.expert (through the config's dense_grid / expert_grid) with the
+    0.19 GTP axis (injected after tp / ep) against Megatron 0.19's RankGenerator; without
+    the axis by default."""
     from simharness import ParallelismConfig
     from simharness.grid import inject_gtp
 
@@ -130,10 +131,10 @@ def test_dense_and_expert_generators_are_megatrons(ps019, order, offset):
         local_world_size=16)
     raw = order or cfg.order_resolved
     off = cfg.rank_offset if offset is None else offset
-    sides = [(Grid.dense(cfg, order=order, offset=offset, gtp_token=True), "tp",
+    sides = [(cfg.dense_grid(order=order, offset=offset, gtp_token=True), "tp",
               dict(tp=cfg.tp, ep=1, dp=cfg.dp, pp=cfg.pp, cp=cfg.cp,
                    gtp_remat=cfg.gtp_remat_size), ["tp", "dp", "gtp_remat", "gtp_remat-dp"]),
-             (Grid.expert(cfg, order=order, offset=offset, gtp_token=True), "ep",
+             (cfg.expert_grid(order=order, offset=offset, gtp_token=True), "ep",
               dict(tp=cfg.etp, ep=cfg.ep, dp=cfg.edp, pp=cfg.pp, cp=1,
                    gtp_remat=cfg.expert_gtp_remat_size), ["ep", "dp", "gtp_remat", "tp-ep"])]
     for grid, after, kw, tokens in sides:
@@ -142,12 +143,12 @@ def test_dense_and_expert_generators_are_megatrons(ps019, order, offset):
             assert grid.groups(t).tolist() == rg.get_ranks(t), (after, t)
     plain = ParallelismConfig.from_megatron(world_size=8, mcore="0.18",
                                             tensor_model_parallel_size=2)
-    assert "gtp_remat" not in Grid.dense(plain).names + Grid.expert(plain).names
+    assert "gtp_remat" not in plain.dense_grid().names + plain.expert_grid().names
     # a GTP size > 1, or the token in the order, brings the axis without gtp_token
-    assert "gtp_remat" in Grid.dense(cfg).names and "gtp_remat" in Grid.expert(cfg).names
+    assert "gtp_remat" in cfg.dense_grid().names and "gtp_remat" in cfg.expert_grid().names
     one = ParallelismConfig.from_megatron(world_size=8, mcore="0.19",
                                           tensor_model_parallel_size=2)
-    assert Grid.dense(one, order="tp-gtp_remat-cp-ep-dp-pp").names[:2] == ("tp", "gtp_remat")
+    assert one.dense_grid(order="tp-gtp_remat-cp-ep-dp-pp").names[:2] == ("tp", "gtp_remat")
 
 
 def test_first_occurrences_lowercases_and_keeps_first_places():

@@ -90,14 +90,12 @@ def test_rules_formulas_show_gtp_only_when_it_is_used():
 def test_rules_order_verdict_names_every_unknown_token():
     """rules._order_verdict: every unknown order token is named, comma-separated
     (Megatron's KeyError names only the first it meets)."""
-    import dataclasses
-
     from simharness.profiles import get_profile
     from simharness.rules import Facts, _order_verdict
 
     cfg = ParallelismConfig.from_megatron(world_size=8, mcore="0.18",
                                           tensor_model_parallel_size=2)
-    bad = dataclasses.replace(cfg, order="tp-foo-bar-dp-pp", _validate=False)
+    bad = ParallelismConfig.unchecked(**{**cfg.to_dict(), "order": "tp-foo-bar-dp-pp"})
     v = _order_verdict(Facts(bad, get_profile("0.18"), 8), False)
     assert (v.holds, v.error) == (False, "KeyError")
     assert "has unknown token(s) 'foo', 'bar'; use only tp, pp, dp, ep, cp" in v.message

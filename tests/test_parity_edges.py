@@ -28,7 +28,6 @@ left out, which is run too. The counts per profile are printed
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import os
 import random
 import re
@@ -160,7 +159,7 @@ def _simharness(mcore: str, world: int, ag: bool, kwargs: dict):
         with mock.patch("simharness.config.validate") if after else contextlib.nullcontext():
             cfg = ParallelismConfig.from_megatron(world_size=world, mcore=mcore, **kwargs)
         if after:
-            cfg = dataclasses.replace(cfg, create_all_gather_group=True, _validate=False)
+            cfg = ParallelismConfig.unchecked(**{**cfg.to_dict(), "create_all_gather_group": True})
         return build_layout(cfg, mcore, torch_world=world)
     except LayoutError as exc:
         return exc

@@ -21,6 +21,8 @@ import simharness.capture  # so does capture: records and checks are pure
 simharness.capture.Capture.from_dict(simharness.capture.Capture(2, (0, 1), (), {}).to_dict())
 assert callable(simharness.capture)
 import simharness.getters, simharness.planfile  # pure tables/files the replay uses
+import simharness.mcore, simharness.creation_log  # installed version, log comparison
+simharness.mcore.profile_for_version(simharness.mcore.installed_version() or '0.19')
 simharness.getters.megatron_getters('0.19')
 leaked = sorted(m for m in sys.modules if m == "torch" or m.startswith("torch."))
 print(",".join(leaked))

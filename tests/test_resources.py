@@ -15,7 +15,8 @@ import pytest
 from click.testing import CliRunner
 
 from cli import main
-from simharness import ParallelismConfig, resources
+from simharness import resources
+from simharness.fields import ParallelismFields
 from simharness.resources import (
     MEMORY_ENV,
     MemoryLimit,
@@ -113,7 +114,7 @@ def test_layout_estimate_grows_with_the_world_and_the_lean_check_is_cheaper():
 
 
 def test_layout_check_names_the_largest_world_that_fits():
-    cfg = ParallelismConfig.from_dict({"world_size": 2**31, "tp": 8, "pp": 8}, _validate=False)
+    cfg = ParallelismFields.from_dict({"world_size": 2**31, "tp": 8, "pp": 8})
     limit = MemoryLimit(4 * GIB, "test")
     with pytest.raises(ResourceError) as info:
         layout_memory_check(cfg, "0.19", "check", limit, what="check")
@@ -121,7 +122,7 @@ def test_layout_check_names_the_largest_world_that_fits():
     assert fits % 64 == 0
     assert layout_peak_bytes("check", fits) <= limit.usable
     assert layout_peak_bytes("check", fits + 64) > limit.usable
-    ok = ParallelismConfig.from_dict({"world_size": fits, "tp": 8, "pp": 8}, _validate=False)
+    ok = ParallelismFields.from_dict({"world_size": fits, "tp": 8, "pp": 8})
     layout_memory_check(ok, "0.19", "check", limit)  # the world it names is accepted
 
 

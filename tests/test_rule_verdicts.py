@@ -18,7 +18,6 @@ it; the diff is the review.
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import os
 from pathlib import Path
@@ -83,7 +82,7 @@ def _config(mcore: str, world: int, kwargs: dict) -> ParallelismConfig:
     with mock.patch("simharness.config.validate"):
         cfg = ParallelismConfig.from_megatron(world_size=world, mcore=mcore,
                                               **(rest if after else kwargs))
-    return dataclasses.replace(cfg, create_all_gather_group=ag, _validate=False)
+    return ParallelismConfig.unchecked(**{**cfg.to_dict(), "create_all_gather_group": ag})
 
 
 def _verdicts(mcore: str, world: int, kwargs: dict, *, to_first_failure: bool = False) -> dict:

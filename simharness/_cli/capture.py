@@ -49,7 +49,7 @@ def _layout(kwargs: dict):
 
     fields, mcore = config_fields_from_options(**kwargs)
     if kwargs.get("mcore") is None:
-        from ..replay.megatron_engine import installed_version, profile_for_version
+        from ..mcore import installed_version, profile_for_version
 
         ver = installed_version()
         if ver is not None:

@@ -11,6 +11,7 @@ import numpy as np
 
 from ..config import GROUP_FIELDS, ParallelismConfig
 from ..errors import SimharnessError
+from ..fields import ParallelismFields
 from ..layout import Layout, build_layout
 from ..planfile import read_plan
 from ..reports import communicator_deltas, kind_change_counts
@@ -56,7 +57,7 @@ def _read_side(path: str, kwargs: dict) -> Layout:
         return read_plan(path)
     fields, mcore = config_fields_from_options(**{**kwargs, "config_file": path})
     try:
-        return build_layout(ParallelismConfig.from_dict(fields), mcore)
+        return build_layout(ParallelismFields.from_dict(fields), mcore)
     except SimharnessError as exc:
         raise SimharnessError(f"{path}: {exc}") from None
 

@@ -6,8 +6,8 @@ from typing import Any
 
 import click
 
-from ..config import ParallelismConfig
 from ..errors import SimharnessError
+from ..fields import ParallelismFields
 from ..resources import layout_memory_check
 from . import output as out
 from .options import config_fields_from_options, config_options, output_options
@@ -35,7 +35,7 @@ def explain_cmd(fmt, quiet, **kwargs):
 
     fields, mcore = config_fields_from_options(**kwargs)
     try:  # the rules build a huge world's pipeline groups: estimate first
-        raw = ParallelismConfig.from_dict(fields, _validate=False)
+        raw = ParallelismFields.from_dict(fields)
     except SimharnessError:
         raw = None  # explain describes it
     if raw is not None:

@@ -349,10 +349,11 @@ def config_from_options(**kwargs) -> tuple[ParallelismConfig, str]:
 
 def layout_from_options(**kwargs):
     """``build_layout(*config_from_options(**kwargs))``."""
+    from ..fields import ParallelismFields
     from ..layout import build_layout
 
-    cfg, mcore = config_from_options(**kwargs)
-    return build_layout(cfg, mcore)
+    fields, mcore = config_fields_from_options(**kwargs)
+    return build_layout(ParallelismFields.from_dict(fields), mcore)  # validated once
 
 
 def node_shape(cfg: ParallelismConfig, **kwargs) -> tuple[int, int]:
@@ -378,15 +379,15 @@ def load_layout(kwargs: dict[str, Any], command: str = "build") -> tuple[Layout,
 
     ``command`` names the memory estimate (:mod:`simharness.resources`) checked first.
     """
-    from ..layout import build_layout
+    from ..layout import Draft
     from ..resources import layout_memory_check
 
     fields, mcore = config_fields_from_options(**kwargs)
+    draft = Draft.of(fields, mcore)  # normalised, type-checked; its loops hold no arrays
     # The estimate comes first: validating a huge world already builds world-sized arrays.
-    layout_memory_check(ParallelismConfig.from_dict(fields, _validate=False), mcore, command,
+    layout_memory_check(draft.fields, mcore, command, kinds=draft.kinds,
                         what=command.split("-")[0] if command != "build" else None)
-    cfg = ParallelismConfig.from_dict(fields)
-    return build_layout(cfg, mcore), fields.get("world_size") is None
+    return draft.layout(), fields.get("world_size") is None
 
 
 # ------------------------------------------------------------------ output options

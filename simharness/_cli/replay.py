@@ -67,7 +67,7 @@ def layout_for_replay(plan_path: str | None, engine: str, kwargs: dict) -> tuple
         return _read_plan(plan_path), ""
     note = ""
     if engine == "megatron" and kwargs.get("mcore") is None:
-        from ..replay.megatron_engine import installed_version, profile_for_version
+        from ..mcore import installed_version, profile_for_version
 
         ver = installed_version()
         if ver is not None:

@@ -365,7 +365,7 @@ def captured_layout(cap: Capture, layout: Layout) -> tuple[Layout | None, list[F
 
 def check_against_layout(cap: Capture, layout: Layout) -> list[Finding]:
     """The capture against ``build_layout(config)``: call by call, then the layout checks."""
-    from ..replay.megatron_engine import LoggedGroup, compare_log
+    from ..creation_log import LoggedGroup, compare_log
 
     if layout.world_size != cap.world_size:
         return [Finding("capture-vs-config", "error",

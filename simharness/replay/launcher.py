@@ -52,7 +52,7 @@ def preflight(layout: Layout, opts: ReplayOptions) -> None:
     if fault is not None and not 0 <= fault.rank < world:
         raise ReplayError(f"fault rank {fault.rank} is outside the world 0..{world - 1}.")
     if opts.engine == "megatron":
-        from .megatron_engine import check_megatron
+        from ..mcore import check_megatron
 
         check_megatron(layout, opts.backend)
 

@@ -79,7 +79,7 @@ def _job_state(layout: Layout) -> tuple[Any, int, int]:
     torch.distributed or Megatron is not initialised or the world differs from ``layout``."""
     import torch.distributed as dist
 
-    from .megatron_engine import import_parallel_state
+    from ..mcore import import_parallel_state
 
     if not dist.is_available() or not dist.is_initialized():
         raise SimharnessError("verify_live runs inside a job: call it after "
@@ -103,7 +103,7 @@ def _job_state(layout: Layout) -> tuple[Any, int, int]:
 
 def _version_notes(layout: Layout) -> tuple[str | None, list[str]]:
     """The installed megatron-core version and a note when its profile is not the layout's."""
-    from .megatron_engine import installed_version, profile_for_version
+    from ..mcore import installed_version, profile_for_version
 
     notes: list[str] = []
     ver = installed_version()

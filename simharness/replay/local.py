@@ -163,7 +163,7 @@ def runtime_preflight(layout: Layout, opts: ReplayOptions) -> None:
             if importlib.util.find_spec("megatron.core") is None:
                 raise SimharnessError("--engine megatron: megatron-core is not importable.")
             return
-        from .megatron_engine import import_parallel_state
+        from ..mcore import import_parallel_state
 
         try:
             import_parallel_state()

@@ -360,7 +360,8 @@ def _create_with_megatron(layout: Layout, rank: int, opts: ReplayOptions, world_
                           ) -> tuple[Any, list[Created], list[dict], int, dict[str, Any]]:
     """Megatron's ``initialize_model_parallel`` on this rank, its ``new_group`` log checked
     against the plan: ``(parallel_state, created, mismatches, new_group calls, info)``."""
-    from .megatron_engine import compare_log, run_megatron
+    from ..creation_log import compare_log
+    from .megatron_engine import run_megatron
 
     try:
         ps, log, info = run_megatron(layout, rank, opts.backend, opts.timeout,
@@ -529,7 +530,7 @@ def torchrun_main(layout: Layout, opts: ReplayOptions, *, report_path: str | Non
     opts.validate()
     check_replayable(layout)
     if opts.engine == "megatron":
-        from .megatron_engine import check_megatron
+        from ..mcore import check_megatron
 
         check_megatron(layout, opts.backend)
     device = None

@@ -197,7 +197,7 @@ def layout(parallel_config) -> LiveLayout:
 
     mcore = DEFAULT_MCORE
     try:
-        from ..replay.megatron_engine import installed_version, profile_for_version
+        from ..mcore import installed_version, profile_for_version
 
         ver = installed_version()
         if ver is not None:
