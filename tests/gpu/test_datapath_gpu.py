@@ -7,15 +7,12 @@ own communicator ("separate") is what can overlap the reduce-scatter.
 
 from __future__ import annotations
 
-import pytest
-from test_datapath_gloo import assert_bit_identical
-from test_replay_gloo import DEADLINE, assert_no_leftovers, cfg
-from test_replay_gpu import need
+from support.datapath import assert_bit_identical
+from support.gpu import need
+from support.replay import DEADLINE, assert_no_leftovers, cfg
 
 from simharness import build_layout
 from simharness.replay.datapath import DataPathOptions, replay_data, summary_lines
-
-pytestmark = [pytest.mark.gpu, pytest.mark.replay]
 
 
 def nccl(layout, **kw):

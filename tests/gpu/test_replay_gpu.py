@@ -8,27 +8,11 @@ on its own communicator overlap the reduce-scatter?).
 from __future__ import annotations
 
 import pytest
-from test_replay_gloo import DEADLINE, assert_no_leftovers
+from support.gpu import need
+from support.replay import DEADLINE, assert_no_leftovers
 
 from simharness import ParallelismConfig, build_layout
 from simharness.replay import ReplayOptions, replay, summary_lines
-
-pytestmark = [pytest.mark.gpu, pytest.mark.replay]
-
-
-def gpus() -> int:
-    try:
-        import torch
-
-        return torch.cuda.device_count() if torch.cuda.is_available() else 0
-    except Exception:  # noqa: BLE001
-        return 0
-
-
-def need(world: int):
-    if gpus() < world:
-        pytest.skip(f"needs {world} GPUs (torch.cuda.device_count() >= {world}), "
-                    f"found {gpus()}")
 
 
 def nccl_replay(layout, **kw):

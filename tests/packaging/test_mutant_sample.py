@@ -19,13 +19,13 @@ import sys
 from pathlib import Path
 
 import pytest
+from support.paths import ROOT
 
 if sys.version_info >= (3, 11):
     import tomllib
 else:  # pragma: no cover
     import tomli as tomllib
 
-ROOT = Path(__file__).resolve().parents[1]
 SAMPLE = tomllib.loads((ROOT / "tests" / "mutants" / "sample.toml").read_text())["mutant"]
 TIMEOUT = 120  # seconds for one record's pytest
 

@@ -18,8 +18,8 @@ import zipfile
 from pathlib import Path
 
 import pytest
+from support.paths import ROOT
 
-ROOT = Path(__file__).resolve().parent.parent
 SOURCES = ("pyproject.toml", "README.md", "cli.py", "simharness", "topologies")
 TIMEOUT = 120
 

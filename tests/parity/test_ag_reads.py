@@ -19,19 +19,16 @@ from __future__ import annotations
 import ast
 import inspect
 import warnings
-from pathlib import Path
 
-import megatron_harness as H  # tests/ is on sys.path under pytest
 import pytest
 import torch.distributed as dist
+from support import megatron_harness as H
+from support.paths import ROOT
 
 from simharness import ParallelismConfig
 from simharness.profiles import get_profile
 from simharness.rules import Facts, _ag_reads, _megatron_grid
 
-pytestmark = pytest.mark.parity
-
-ROOT = Path(__file__).resolve().parents[1]
 WORLD, RANK = 24, 7
 # tp2 cp2 pp3 (dp 2); ep2 etp1 (expert dp 4): dense and expert sides differ in tp, ep, dp.
 BASE = dict(tensor_model_parallel_size=2, context_parallel_size=2,

@@ -10,17 +10,14 @@ label that spells the call; the numbered hierarchical-CP and hybrid DP-CP kinds 
 from __future__ import annotations
 
 import inspect
-from pathlib import Path
 
-import megatron_harness as H  # tests/ is on sys.path under pytest
 import pytest
+from support import megatron_harness as H
+from support.paths import ROOT
 
 from simharness import ParallelismConfig, build_layout
 from simharness.getters import Getter, getter, megatron_getters
 
-pytestmark = pytest.mark.parity
-
-ROOT = Path(__file__).resolve().parents[1]
 RELEASES = [("0.16", "0.17.1"), ("0.18", "0.18.2"), ("0.19", "0.19.2")]
 NUMBERED = ["hcp_l0", "hcp_l1", "hcp_l2", "hybrid_dp_cp_2", "hybrid_dp_cp_16"]
 

@@ -17,17 +17,14 @@ tp-pp-dp mapping they do not).
 from __future__ import annotations
 
 import warnings
-from pathlib import Path
 
-import megatron_harness as H  # tests/ is on sys.path under pytest
 import pytest
+from support import megatron_harness as H
+from support.paths import ROOT
 
 from simharness import ParallelismConfig, build_layout, check
 from simharness.profiles import get_profile
 
-pytestmark = pytest.mark.parity
-
-ROOT = Path(__file__).resolve().parents[1]
 RELEASES = [("0.16", "0.17.1"), ("0.18", "0.18.2"), ("0.19", "0.19.2")]
 ORDERS = {"aligned": "tp-cp-ep-dp-pp", "misaligned": "tp-cp-ep-pp-dp"}
 WORLD, OFFSET, LOCAL = 32, 8, 16

@@ -1,7 +1,7 @@
 """Parity with the real megatron-core 0.16.1 ``initialize_model_parallel``.
 
 Every expectation here comes from Megatron itself, run rank by rank under
-torch's ``fake`` backend (``tests/megatron_harness.py``): the exact sequence of
+torch's ``fake`` backend (``tests/support/megatron_harness.py``): the exact sequence of
 ``new_group`` calls ``(group_desc, ranks as passed, backend)``, and what
 Megatron's getters return on each rank. simharness must reproduce both with
 ``build_layout(cfg, mcore="0.16")``.
@@ -16,15 +16,13 @@ from __future__ import annotations
 
 import random
 
-import megatron_harness as H  # tests/ is on sys.path under pytest
 import pytest
-from parity_cases import CASES, INVALID, TP_PP_DP
+from support import megatron_harness as H
+from support.parity_cases import CASES, INVALID, TP_PP_DP
 
 from simharness import GroupNotInitialized, LayoutError, ParallelismConfig, build_layout
 
 H.require_installed_megatron(module=True)
-
-pytestmark = pytest.mark.parity
 
 MCORE = "0.16"
 

@@ -16,18 +16,15 @@ rank lists.
 from __future__ import annotations
 
 import warnings
-from pathlib import Path
 
-import megatron_harness as H  # tests/ is on sys.path under pytest
 import pytest
+from support import megatron_harness as H
+from support.paths import ROOT
 
 from simharness import ParallelismConfig
 from simharness.profiles import get_profile
 from simharness.rules import Facts, _megatron_grid, _megatron_lists, _phase_tokens
 
-pytestmark = pytest.mark.parity
-
-ROOT = Path(__file__).resolve().parents[1]
 WORLD = 16
 # kinds simharness's phases do not model (no rank of theirs can be past the torch world
 # unless one of the modelled kinds' is)

@@ -10,14 +10,13 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
+from support.paths import ROOT
 
-ROOT = Path(__file__).resolve().parent.parent
 # Tests of every tier: 0.16.1 installed (module level), 0.17.1 to 0.19.2 (fixtures).
-FILES = ["tests/test_parity_megatron.py", "tests/test_profile_018.py",
-         "tests/test_profile_019.py"]
+FILES = ["tests/parity/test_parity_megatron.py", "tests/parity/test_profile_018_parity.py",
+         "tests/parity/test_profile_019_parity.py"]
 SELECTED = ("test_all_gather_getter_raises_exactly_when_simharness_does or "
             "test_megatron_018_ag_differs_from_dp_cp_with_tp_pp_dp_order or "
             "test_profile_api_matches_megatron or test_019_rejects_016_keyword")

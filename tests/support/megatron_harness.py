@@ -420,7 +420,7 @@ def fetch_parallel_state(root: str | os.PathLike, version: str, *,
                          timeout: float = 180.0) -> Path:
     """Path of megatron-core ``version``'s ``parallel_state.py`` under
     ``root/.cache/mcore{tag}`` (``$SIMHARNESS_MCORE_CACHE/mcore{tag}`` when set), downloading
-    the wheel with pip when it is missing (``tests/fetch_mcore019.sh VERSION`` does the same
+    the wheel with pip when it is missing (``tests/support/fetch_mcore019.sh VERSION`` does the same
     by hand).
 
     ``version`` must be a key of :data:`MCORE_WHEELS` (its sha256 is pinned).
@@ -443,7 +443,7 @@ def fetch_parallel_state(root: str | os.PathLike, version: str, *,
         return target
     if os.environ.get("SIMHARNESS_NO_DOWNLOAD"):
         raise RuntimeError(f"{target} is missing and SIMHARNESS_NO_DOWNLOAD is set "
-                           f"(run tests/fetch_mcore019.sh {version})")
+                           f"(run tests/support/fetch_mcore019.sh {version})")
     dest.mkdir(parents=True, exist_ok=True)
     (cache / ".gitignore").write_text("*\n")
     try:
@@ -590,7 +590,7 @@ def assert_runs_match(runs: dict, expected: list, layout, ag: bool) -> None:
 
 def fetch_all(root: str | os.PathLike) -> int:
     """Fetch every pinned version (:data:`MCORE_WHEELS`); 1 with the reasons when one fails.
-    ``python tests/megatron_harness.py`` (CI runs it before the tests)."""
+    ``python tests/support/megatron_harness.py`` (CI runs it before the tests)."""
     failed = 0
     for version in MCORE_WHEELS:
         try:
@@ -602,4 +602,4 @@ def fetch_all(root: str | os.PathLike) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(fetch_all(Path(__file__).resolve().parent.parent))
+    sys.exit(fetch_all(Path(__file__).resolve().parents[2]))

@@ -22,11 +22,11 @@ downloader and Transformer Engine helpers, which are environment matters, not th
 torch 2.13.0 (package; commit = ``torch.version.git_version``):
 ``torch/testing/_internal/distributed/distributed_test.py`` (``DistributedTest._DistTestBase``)
 and ``common_distributed.py`` (its skip decorators), run through
-``examples/run/torch_distributed_driver.py`` with BACKEND=gloo on 3 ranks (the world size
+``tests/fixtures/run/torch_distributed_driver.py`` with BACKEND=gloo on 3 ranks (the world size
 torch's ``run_test.py`` gives the gloo suite on a machine without 2 GPUs).
 
-    python tests/upstream_suites.py --git /path/to/Megatron-LM   # materialise and verify
-    python tests/upstream_suites.py --suite torch-2.13.0-distributed_test   # verify
+    python tests/support/upstream_suites.py --git /path/to/Megatron-LM   # materialise and verify
+    python tests/support/upstream_suites.py --suite torch-2.13.0-distributed_test   # verify
 """
 
 from __future__ import annotations
@@ -39,7 +39,7 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-CACHE = Path(__file__).resolve().parent.parent / ".cache" / "upstream"
+CACHE = Path(__file__).resolve().parents[2] / ".cache" / "upstream"
 
 
 @dataclass(frozen=True)
@@ -78,7 +78,7 @@ SUITES = {
             "torch/testing/_internal/common_distributed.py":
                 "0d66ca6d084e94b2effbf40b83ef506f2051d505f1b6509b7bb1ab803c5e46cd",
         },
-        run="examples/run/torch_distributed_driver.py", ranks=3,
+        run="tests/fixtures/run/torch_distributed_driver.py", ranks=3,
         pytest_args=("-o", "addopts=")),
 }
 

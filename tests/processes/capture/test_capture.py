@@ -14,12 +14,12 @@ import os
 import runpy
 import subprocess
 import sys
-from pathlib import Path
 
-import megatron_harness as H
 import pytest
 import torch.distributed as dist
 from click.testing import CliRunner
+from support import megatron_harness as H
+from support.paths import ROOT
 
 import simharness
 from simharness import ParallelismConfig, build_layout
@@ -32,9 +32,7 @@ from simharness.capture import (
 )
 from simharness.capture.inprocess import Program, capture, failure_message, run_program
 
-ROOT = Path(__file__).resolve().parent.parent
 EXAMPLES = ROOT / "examples" / "capture"
-pytestmark = pytest.mark.replay
 T = 60  # seconds one rank may take (a bound, never reached by a passing test)
 
 

@@ -9,6 +9,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from support.paths import ROOT
 
 
 def _script() -> str | None:
@@ -58,5 +59,5 @@ def test_console_script_closed_pipe_is_quiet():
 def test_python_dash_m_cli_works():
     p = subprocess.run([sys.executable, "-c", "import cli; cli.main()", "version", "-q"],
                        capture_output=True, text=True, timeout=120,
-                       cwd=Path(__file__).resolve().parents[1])
+                       cwd=ROOT)
     assert p.returncode == 0 and p.stdout.strip()

@@ -14,20 +14,17 @@ import signal
 import subprocess
 import sys
 import time
-from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
+from support.paths import ROOT
 
 from simharness.capture import Capture, CaptureError, check_capture
 from simharness.capture.command import parse_command
 from simharness.capture.merge import merge_records, rank_record, record_name, write_record
 from simharness.capture.record import GroupCall
 
-ROOT = Path(__file__).resolve().parent.parent
-SCRIPTS = ROOT / "tests" / "capture_scripts"
-pytestmark = pytest.mark.launch
-
+SCRIPTS = ROOT / "tests" / "fixtures" / "capture"
 
 def cli():
     import cli as entry
@@ -379,7 +376,7 @@ def test_two_torchrun_agents_hand_their_records_to_rank_0_through_the_store(tmp_
 def test_replay_data_replays_the_captured_groups(tmp_path):
     """Megatron 0.16's own init captured, then the all-gather groups of the file misaligned
     by hand (as #4261 misaligns them): the data path on the captured groups names it."""
-    import megatron_harness as H
+    from support import megatron_harness as H
 
     from simharness.capture.inprocess import capture
 

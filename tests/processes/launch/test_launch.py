@@ -14,15 +14,14 @@ import subprocess
 import sys
 import textwrap
 import time
-from pathlib import Path
 
 import pytest
+from support.paths import ROOT
 
 from simharness.launch.env import TORCHRUN_VARS, RankEnv, RankEnvError
 from simharness.launch.rank import NEEDS_GPU_EXIT, RankUsageError, parse
 
-ROOT = Path(__file__).resolve().parent.parent
-SCRIPTS = ROOT / "examples" / "launch"
+SCRIPTS = ROOT / "tests" / "fixtures" / "launch"
 TIMEOUT = 180
 
 
@@ -390,7 +389,6 @@ def test_map_backend_keeps_other_backends():
 
 # -- launcher: real ranks through torch's elastic agent --------------------------------------
 
-@pytest.mark.launch
 def test_gpu_style_script_runs_unedited_on_four_cpu_ranks(monkeypatch):
     """set_device, nccl + device_id, pg_options, split_group, new_subgroups, a cuda
     DeviceMesh, CUDA tensors and object collectives; then a Stream stops every rank with
@@ -432,7 +430,6 @@ def test_gpu_style_script_runs_unedited_on_four_cpu_ranks(monkeypatch):
         assert part in ignored[0], ignored[0]
 
 
-@pytest.mark.launch
 def test_failing_rank_is_named_and_the_others_stopped():
     res, text = launch_in_child([str(SCRIPTS / "sleeper.py"), "--fail-rank", "1"], 3,
                                 shim=False)
@@ -441,7 +438,6 @@ def test_failing_rank_is_named_and_the_others_stopped():
     assert res["exit"] == 3
 
 
-@pytest.mark.launch
 def test_sigterm_stops_every_rank_and_leaves_no_temp_files(tmp_path):
     env = child_env()
     env["TMPDIR"] = str(tmp_path)
@@ -476,7 +472,6 @@ def test_sigterm_stops_every_rank_and_leaves_no_temp_files(tmp_path):
     assert list(tmp_path.iterdir()) == []
 
 
-@pytest.mark.launch
 @pytest.mark.parametrize("lazy", [False, True], ids=["default", "TORCH_GLOO_LAZY_INIT=1"])
 def test_monitored_barrier_names_an_absent_rank_at_once(lazy, monkeypatch):
     """Under the shim gloo connects each group eagerly (its default), so rank 0's
@@ -497,7 +492,6 @@ def test_monitored_barrier_names_an_absent_rank_at_once(lazy, monkeypatch):
     assert all(float(s) < 5 for _, s in named), text
 
 
-@pytest.mark.launch
 def test_megatron_nccl_communicator_config_file_is_accepted_and_listed(tmp_path):
     """megatron-core's own initialize_model_parallel with nccl_communicator_config_path
     (a YAML of per-group NCCL options): the groups are built on gloo and compute, and the

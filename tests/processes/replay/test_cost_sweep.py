@@ -2,12 +2,8 @@
 
 from __future__ import annotations
 
-import pytest
-
 from simharness.replay.nccl_sweep import COLLECTIVES, SweepOptions, run_sweep, to_toml
 from simharness.topology.calibration import evaluate, load_points
-
-pytestmark = pytest.mark.replay  # starts 2 local gloo processes; run_sweep's timeout bounds it
 
 
 def test_gloo_sweep_writes_calibration_points(tmp_path):

@@ -12,13 +12,12 @@ import json
 
 import pytest
 from click.testing import CliRunner
-from test_replay_gloo import DEADLINE, TIMEOUT, assert_no_leftovers, cfg
+from support.datapath import assert_bit_identical
+from support.replay import DEADLINE, TIMEOUT, assert_no_leftovers, cfg
 
 from cli import main
 from simharness import build_layout
 from simharness.replay.datapath import DataPathOptions, replay_data, summary_lines, swap_ranks
-
-pytestmark = pytest.mark.replay
 
 
 def run(layout, **kw):
@@ -30,17 +29,6 @@ def run(layout, **kw):
 
 def explain(rep) -> str:
     return "\n".join(summary_lines(rep))
-
-
-def assert_bit_identical(rep, world):
-    assert rep["status"] == "matched" and rep["exit_code"] == 0, explain(rep)
-    assert set(rep["variants"]) == {"shared", "separate"}
-    for name, v in rep["variants"].items():
-        assert v["ok"] and v["ranks_matched"] == world, (name, v)
-        assert len(v["step_s"]) == rep["options"]["steps"] and v["median_step_s"] > 0
-    infos = [f for f in rep["findings"] if f["code"] == "datapath-match"]
-    assert len(infos) == 2 and all(f"all {world} ranks" in f["message"] for f in infos)
-    assert not [f for f in rep["findings"] if f["severity"] == "error"]
 
 
 def test_world8_016_option_on_bit_identical_both_ways():

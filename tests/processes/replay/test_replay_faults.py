@@ -9,12 +9,10 @@ import sys
 import time
 
 import pytest
-from test_replay_gloo import DEADLINE, alive, assert_no_leftovers
+from support.replay import DEADLINE, alive, assert_no_leftovers
 
 from simharness import ParallelismConfig, build_layout
 from simharness.replay import ReplayOptions, replay, summary_lines
-
-pytestmark = pytest.mark.replay
 
 
 def layout4():

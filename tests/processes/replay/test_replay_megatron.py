@@ -8,16 +8,16 @@ torch and one collective, the getters are compared with the plan, and
 
 from __future__ import annotations
 
-import megatron_harness as H
 import pytest
-from test_replay_gloo import DEADLINE, TIMEOUT, assert_matched, assert_no_leftovers
+from support import megatron_harness as H
+from support.replay import DEADLINE, TIMEOUT, assert_matched, assert_no_leftovers
 
 from simharness import Layout, ParallelismConfig, build_layout
 from simharness.replay import ReplayOptions, replay, summary_lines
 
 H.require_installed_megatron(module=True)
 
-pytestmark = [pytest.mark.replay, pytest.mark.parity]
+pytestmark = pytest.mark.parity  # starts gloo ranks (the folder) that run megatron-core
 
 
 def run(layout, **kw):

@@ -8,12 +8,10 @@ pinned to 1 GiB (``SIMHARNESS_MEMORY_LIMIT``) so the limit, and the test, stay s
 from __future__ import annotations
 
 import pytest
-from test_replay_gloo import DEADLINE, assert_no_leftovers
+from support.replay import DEADLINE, assert_no_leftovers
 
 from simharness import ParallelismConfig, build_layout
 from simharness.replay import ReplayOptions, replay, summary_lines
-
-pytestmark = pytest.mark.replay
 
 
 @pytest.fixture

@@ -1,7 +1,7 @@
 """``simharness run``: bad input, one verdict per test across ranks, hangs, JUnit, exit codes.
 
 The pure verdict rules are doctested in simharness/runtests/verdicts.py; here the rules that
-decide a verdict, then the command itself on real ranks (examples/run/dist_cases.py).
+decide a verdict, then the command itself on real ranks (tests/fixtures/run/dist_cases.py).
 """
 
 from __future__ import annotations
@@ -14,13 +14,13 @@ import xml.etree.ElementTree as ET
 from pathlib import Path
 
 import pytest
+from support.paths import ROOT
 
 from simharness.runtests.verdicts import exit_code, junit_xml, not_started, verdict
 
-ROOT = Path(__file__).resolve().parent.parent
-CASES = "examples/run/dist_cases.py"
-DIVERGE = "examples/run/diverge_cases.py"
-INTERRUPT = "examples/run/interrupt_cases.py"
+CASES = "tests/fixtures/run/dist_cases.py"
+DIVERGE = "tests/fixtures/run/diverge_cases.py"
+INTERRUPT = "tests/fixtures/run/interrupt_cases.py"
 TIMEOUT = 240
 
 
@@ -118,8 +118,8 @@ def test_collection_hang_names_the_rank_that_never_collected():
 
 @pytest.mark.parametrize("args, message", [
     (["-n", "0", "--", "pytest", CASES], "-n/--world-size must be >= 1, got 0"),
-    (["-n", "2", "--", "pytest", "examples/run/nope.py::t"],
-     "test path 'examples/run/nope.py' does not exist"),
+    (["-n", "2", "--", "pytest", "tests/fixtures/run/nope.py::t"],
+     "test path 'tests/fixtures/run/nope.py' does not exist"),
     (["-n", "2", "--", "pytest", "-n", "4", CASES], "pytest-xdist inside the ranks"),
     (["-n", "2", "--", "pytest", "--junit-xml=x.xml", CASES], "give --junit-xml FILE before"),
     (["-n", "2"], "nothing to run"),
@@ -191,7 +191,6 @@ def test_a_gpu_stop_that_torch_compile_wrapped_is_still_needs_gpu():
 
 # -- real ranks -----------------------------------------------------------------------------
 
-@pytest.mark.launch
 def test_verdicts_across_two_ranks_with_a_hang_then_the_rest_of_the_file(tmp_path):
     junit = tmp_path / "out.xml"
     out = simharness("run", "-n", "2", "--timeout", "4", "--junit-xml", str(junit), "--",
@@ -218,7 +217,6 @@ def test_verdicts_across_two_ranks_with_a_hang_then_the_rest_of_the_file(tmp_pat
     assert (suite.get("tests"), suite.get("failures"), suite.get("skipped")) == ("7", "2", "2")
 
 
-@pytest.mark.launch
 def test_arguments_that_select_nothing_exit_5():
     out = simharness("run", "-n", "1", "--", "pytest", "-p", "no:randomly", "-k",
                      "no_such_test_name", CASES)
@@ -228,7 +226,6 @@ def test_arguments_that_select_nothing_exit_5():
         f"-k no_such_test_name {CASES}"]
 
 
-@pytest.mark.launch
 def test_ctrl_c_keeps_the_verdicts_so_far_and_gives_none_to_the_test_it_stopped(tmp_path):
     """Ctrl-C inside a test: the tests before it keep their verdicts (JUnit too), the test
     it stopped gets none (it was once reported PASSED: the ranks' hook took the
@@ -258,7 +255,7 @@ def test_ctrl_c_keeps_the_verdicts_so_far_and_gives_none_to_the_test_it_stopped(
     assert p.returncode == 2, out + err
     assert re.findall(r"^(\w+)\s+[\d.]+s\s+\S+::(\w+)", out, re.M) == [
         ("PASSED", "test_quick")], out
-    assert ("interrupted by signal 2 inside examples/run/interrupt_cases.py::test_slow "
+    assert ("interrupted by signal 2 inside tests/fixtures/run/interrupt_cases.py::test_slow "
             "(ranks 0-1; no verdict for it); the results so far are above and in "
             f"{junit}") in err, err
     assert ET.parse(junit).getroot().get("tests") == "1"
@@ -267,7 +264,6 @@ def test_ctrl_c_keeps_the_verdicts_so_far_and_gives_none_to_the_test_it_stopped(
             os.kill(int(m.read_text()), 0)
 
 
-@pytest.mark.launch
 def test_pytest_exit_inside_a_test_on_one_rank_fails_it_and_ends_the_run():
     out = simharness("run", "-n", "2", "--", "pytest", "-p", "no:randomly", "-k",
                      "exit", INTERRUPT)
@@ -279,7 +275,6 @@ def test_pytest_exit_inside_a_test_on_one_rank_fails_it_and_ends_the_run():
     assert "(1 tests after it not run, as with -x)" in out.stdout
 
 
-@pytest.mark.launch
 def test_two_agents_on_loopback_share_one_run(tmp_path):
     """--nnodes 2: two `simharness run` agents (one rank each) meet at one c10d rendezvous
     and give the same verdicts, read from a shared --results-dir."""
@@ -309,7 +304,6 @@ def test_two_agents_on_loopback_share_one_run(tmp_path):
         assert "1 passed, 1 failed, 0 skipped, 0 hung" in stdout
 
 
-@pytest.mark.launch
 def test_ranks_that_diverge_are_reported_without_waiting_for_the_timeout():
     """One launch under -x: a rank-dependent skip before a barrier is diverged after
     --diverge-grace (2 s), far inside --timeout (100 s), and the file goes on (a skip does not
@@ -336,10 +330,9 @@ def test_ranks_that_diverge_are_reported_without_waiting_for_the_timeout():
             in text), text
 
 
-@pytest.mark.launch
 def test_a_hang_while_collecting_names_the_stuck_rank_with_its_stack():
     out = simharness("run", "-n", "2", "--collect-timeout", "3", "--", "pytest", "-q", "-p",
-                     "no:randomly", "examples/run/collect_hang.py")
+                     "no:randomly", "tests/fixtures/run/collect_hang.py")
     errors = [ln for ln in out.stderr.splitlines() if ln.startswith("error:")]
     assert out.returncode == 2, out.stdout + out.stderr
     assert errors == ["error: collecting the tests hung on ranks 1 (past 3s, "
@@ -354,11 +347,8 @@ TORCH_SUITE = "torch-2.13.0-distributed_test"
 
 
 def _upstream_suites():
-    sys.path.insert(0, str(ROOT / "tests"))
-    try:
-        import upstream_suites
-    finally:
-        sys.path.pop(0)
+    from support import upstream_suites
+
     return upstream_suites
 
 
@@ -377,7 +367,6 @@ def test_torch_suite_pins_match_the_installed_wheel():
     assert torch.version.git_version == suite.commit
 
 
-@pytest.mark.launch
 def test_torch_own_distributed_tests_unedited_on_three_ranks():
     """Six of torch's own DistributedTest tests, unedited, through the driver, on 3 CPU ranks
     in one launch: default and new groups, subgroups, destroying a group; then two DDP tests
@@ -390,7 +379,8 @@ def test_torch_own_distributed_tests_unedited_on_three_ranks():
     if us.cached(us.SUITES[TORCH_SUITE]) is None:
         pytest.skip("the installed torch is not the pinned 2.13.0 wheel")
     out = simharness("run", "-n", "3", "--timeout", "100", "--", "pytest", "-q", "-o",
-                     "addopts=", "-p", "no:randomly", "examples/run/torch_distributed_driver.py",
+                     "addopts=", "-p", "no:randomly",
+                     "tests/fixtures/run/torch_distributed_driver.py",
                      "-k", "test_get_rank_size_full_group or test_all_gather_object_subgroup "
                            "or test_destroy_group or test_all_reduce_full_group_sum "
                            "or test_ddp_multiple_nested_unused_params_err_ignore_params "
@@ -410,20 +400,19 @@ def test_torch_own_distributed_tests_unedited_on_three_ranks():
 MEGATRON_SUITE = "megatron-lm-core_v0.16.1"
 
 
-@pytest.mark.launch
 def test_megatron_lm_parallel_state_unedited_on_eight_ranks():
     """Megatron-LM's own ``test_parallel_state.py`` at ``core_v0.16.1``, unedited, on 8 CPU
     ranks: 8 of its tests, among them the 3 that megatron-core 0.16.1 itself fails (its
     assertion on the attention and MoE data-parallel sizes, on every rank). Runs only where
     the sha-pinned files were put in ``.cache/upstream`` from a local mirror
-    (``python tests/upstream_suites.py --git MIRROR``): no package registry carries them,
+    (``python tests/support/upstream_suites.py --git MIRROR``): no package registry carries them,
     so CI skips it and runs torch's own suite instead."""
     us = _upstream_suites()
     suite = us.SUITES[MEGATRON_SUITE]
     root = us.cached(suite)
     if root is None:
         pytest.skip(f"{MEGATRON_SUITE} files not cached (no registry has them): "
-                    f"python tests/upstream_suites.py --git MIRROR-OF-{suite.repo}")
+                    f"python tests/support/upstream_suites.py --git MIRROR-OF-{suite.repo}")
     env = dict(os.environ)
     env["PYTHONPATH"] = str(ROOT) + os.pathsep + env.get("PYTHONPATH", "")
     out = subprocess.run(

@@ -7,14 +7,11 @@ DP-with-CP group itself. The body runs on 4 CPU ranks (tp 1, cp 2, dp 2); both s
 one test, so Megatron is imported once per rank.
 """
 
-from pathlib import Path
 
 import pytest
+from support.paths import ROOT
 
-ROOT = Path(__file__).resolve().parent.parent
 
-
-@pytest.mark.launch
 @pytest.mark.world_size(4, context_parallel_size=2, create_all_gather_group=True, timeout=240)
 def test_create_all_gather_group(rank, world, parallel_config, layout):
     ps = pytest.importorskip("megatron.core.parallel_state")

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from test_checks import edited, layout
+from support.layouts import edited, layout
 
 from simharness import Layout, ParallelismConfig, build_layout, check
 from simharness.checks import CHUNK_CELLS, _World

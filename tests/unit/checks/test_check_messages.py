@@ -4,7 +4,7 @@ Mutation testing showed that most of the checks' wording, severities and named r
 were asserted nowhere: a check could name the wrong ranks, or say "error" where it
 meant "info", and no test noticed. Each scenario below is a layout (clean, or with one
 fault injected into its exported plan, the way a hand-edited plan reaches a user) and
-tests/golden/check_findings.json holds every finding ``check`` returns for it: code,
+tests/unit/checks/golden/check_findings.json holds every finding ``check`` returns for it: code,
 severity, message, ranks and group kinds. The golden file was written by the code and
 then read finding by finding against the fault injected (the ranks and counts each
 message names are the fault's); it is the text users read, so a change to it is a

@@ -6,21 +6,9 @@ Faults are injected into an exported plan (``Layout.to_dict`` -> edit ->
 
 import numpy as np
 import pytest
+from support.layouts import edited, layout
 
 from simharness import Layout, ParallelismConfig, build_layout, check
-
-W16 = dict(world_size=16, tensor_model_parallel_size=2, pipeline_model_parallel_size=2,
-           context_parallel_size=2, expert_model_parallel_size=2)
-
-
-def layout(mcore="0.16", **kw):
-    return build_layout(ParallelismConfig(**{**W16, **kw}), mcore)
-
-
-def edited(lay, edit):
-    d = lay.to_dict()
-    edit(d)
-    return Layout.from_dict(d)
 
 
 def codes(findings, severity=None):

@@ -3,12 +3,12 @@
 Mutation testing showed that the rules' worked checks, messages and values were
 asserted only where a test happened to read them. Here every rule of
 ``simharness.rules`` is evaluated (``evaluate_all``) on the configurations the parity
-tests run through the real megatron-core (``tests/parity_cases.py``: CASES, which
+tests run through the real megatron-core (``tests/support/parity_cases.py``: CASES, which
 Megatron accepts, and INVALID, which it rejects), on the seeded edge draws of
 ``tests/test_parity_edges.py`` and on a few 0.18/0.19 inputs, under each profile the
 keywords fit (the edge draws in a compact form, up to the first failing rule: which rules
 hold, the failing message).
-tests/golden/rule_verdicts.json holds, per configuration and profile,
+tests/unit/checks/golden/rule_verdicts.json holds, per configuration and profile,
 each rule that applies: whether it holds, its worked check, the message, values and
 exception. Whether each configuration is accepted at all is Megatron's verdict
 (checked against Megatron by the parity tests); the golden file pins the words and
@@ -25,7 +25,7 @@ from pathlib import Path
 from unittest import mock
 
 import pytest
-from parity_cases import CASES, INVALID, split_ag
+from support.parity_cases import CASES, INVALID, split_ag
 
 from simharness import LayoutError, ParallelismConfig
 from simharness.profiles import get_profile
@@ -108,7 +108,7 @@ def _verdicts(mcore: str, world: int, kwargs: dict, *, to_first_failure: bool = 
 
 def _edges() -> list[tuple[str, str, int, dict]]:
     """The seeded draws of tests/test_parity_edges.py: ``(key, profile, world, kwargs)``."""
-    from test_parity_edges import RELEASES, generated
+    from support.parity_edges import RELEASES, generated
 
     return [(f"edge-{release}-{i}@{mcore}", mcore, world,
              dict(kw, create_all_gather_group=True) if ag else kw)

@@ -4,24 +4,11 @@ from __future__ import annotations
 
 import pytest
 from click.testing import CliRunner
+from support.cli_errors import fails
 
 from cli import main
 
 EX = ["-n", "16", "--tp", "2", "--pp", "2", "--cp", "2"]
-
-
-def fails(args, *fragments, code=2):
-    result = CliRunner().invoke(main, [str(a) for a in args])
-    assert result.exit_code == code, (result.exit_code, result.output)
-    assert not isinstance(result.exception, Exception) or isinstance(result.exception,
-                                                                      SystemExit), result.exception
-    err = result.stderr
-    assert err.startswith("error: "), err
-    assert len(err.splitlines()) == 1, err
-    assert "Traceback" not in result.output
-    for f in fragments:
-        assert f in err, (f, err)
-    return err
 
 
 @pytest.fixture

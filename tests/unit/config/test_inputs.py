@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 import shutil
-import subprocess
 from pathlib import Path
 
 import click
@@ -18,6 +17,7 @@ import yaml
 from click.testing import CliRunner
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from support.paths import ROOT
 
 from cli import main
 from simharness import LayoutError, ParallelismConfig, SimharnessError, build_layout, check
@@ -25,7 +25,6 @@ from simharness.config import ALIASES
 from simharness.configfile import ConfigFileError, config_from_mapping, parse_config_text
 from simharness.fieldtypes import FALSE_WORDS, FIELD_TYPES, TRUE_WORDS, parse_field
 
-ROOT = Path(__file__).resolve().parent.parent
 PUBLISHED = yaml.safe_load((ROOT / "tests" / "data" / "published_layouts.yaml").read_text())
 
 
@@ -485,15 +484,3 @@ def _commands(group: click.Group, prefix=()):
 def test_every_help_has_examples(path):
     result = invoke(*path, "--help")
     assert result.exit_code == 0 and "Example" in result.output, result.output
-
-
-@pytest.mark.skipif(shutil.which("make") is None, reason="no make on this machine")
-def test_makefile_torch_variables(tmp_path):
-    def dry(*extra):
-        p = subprocess.run(["make", "-n", f"{tmp_path}/v/.base", f"VENV={tmp_path}/v", *extra],
-                           cwd=ROOT, capture_output=True, text=True, timeout=30)
-        return next(line for line in p.stdout.splitlines() if "torch==" in line)
-    default = dry()
-    assert "'torch==2.13.0'" in default and "--index-url" not in default
-    cpu = dry("TORCH_INDEX_URL=https://download.pytorch.org/whl/cpu")
-    assert "--index-url https://download.pytorch.org/whl/cpu 'torch==2.13.0'" in cpu

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from test_cli_errors import fails
+from support.cli_errors import fails
 
 from simharness import ParallelismConfig, build_layout
 from simharness.replay.datapath import (

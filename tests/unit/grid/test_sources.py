@@ -1,7 +1,7 @@
 """Every group source's per-rank operations agree with its array (issue 18: the survivors
 of ``make mutate`` on sources.py).
 
-The arrays are Megatron's (the parity tests run ``tests/parity_cases.py``'s CASES through
+The arrays are Megatron's (the parity tests run ``tests/support/parity_cases.py``'s CASES through
 the real megatron-core); here, on those layouts (``Ortho``, ``Chunks``, ``Hierarchical``,
 ``Pick``, ``Concat`` kinds), each source, fresh and then cached, must give the same groups
 from ``members``, ``members_many``, ``locate`` and ``group_of`` as from its array (a
@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from parity_cases import CASES, split_ag
+from support.parity_cases import CASES, split_ag
 
 from simharness import ParallelismConfig, build_layout
 from simharness.sources import Fixed, GroupSource

@@ -1,31 +1,18 @@
-"""pipeline_model_parallel_layout strings (issue 15): Megatron's syntax, its checks, and the
-stages simulate prices; parity with the installed megatron-core's own parser."""
+"""pipeline_model_parallel_layout strings: Megatron's syntax, its checks, and the stages
+simulate prices. The parity with megatron-core's own parser is
+tests/parity/test_pp_layout_parity.py."""
 
 from __future__ import annotations
 
-import warnings
-
 import pytest
 from click.testing import CliRunner
+from support.pp_layouts import BAD
 
 from simharness import ParallelismConfig
 from simharness._cli.main import main
 from simharness.topology import TopologyError
 from simharness.topology.pp_layout import expand_layout, layout_split
 from simharness.topology.workload import job_stages
-
-GOOD = [  # (layout, pp)
-    ("Et*3|(tt|)*29,m|L", 16),
-    ("Et*3|(tt|)*29,m|L", 8),
-    ("Ett|tt|tt|ttL", 2),
-    ("E|t*4|t*4|L", 4),
-    ("Et|(t|)*2,tL", 4),
-    ("E(t|)*3,t|*2L", 3),   # 'x*n' on '|': empty stages
-    ("Ettt|tttL", 1),
-    ("E,t*2|t,t|(tt|)*3,mL", 2),
-]
-BAD = ["Et*3|(tt|*29,m|L", "Ex|L", "tE|L", "Et|Lt", "EEt|L", "Et|t", "(Et)|L", "Et**2|L",
-       "Et|(t(t|)*2)*2|L", "Et|tm|tL", "Et |L"]
 
 
 def test_expand_and_split():
@@ -110,40 +97,3 @@ def test_a_layout_s_virtual_stages_count_as_vpp():
     assert ok.exit_code == 0, ok.output
     plain = CliRunner().invoke(main, base + ["--layers", "8"], prog_name="simharness")
     assert plain.exit_code == 2 and "needs interleaved pipelining" in plain.stderr
-
-
-@pytest.mark.parity
-def test_parity_with_megatron_core():
-    import megatron_harness as H  # tests/ is on sys.path under pytest
-
-    H.require_installed_megatron()
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        from megatron.core import parallel_state as ps
-        from megatron.core.transformer.enums import LayerType
-        from megatron.core.transformer.pipeline_parallel_layer_layout import (
-            PipelineParallelLayerLayout as Mcore,
-        )
-    letter = {LayerType.embedding: "E", LayerType.decoder: "t", LayerType.mtp: "m",
-              LayerType.loss: "L"}
-    saved = ps.get_virtual_pipeline_model_parallel_world_size()
-    try:
-        for text, pp in GOOD:
-            theirs = Mcore(text, pp)
-            flat = "".join(letter[x] for x in theirs.flatten_layout)
-            assert "".join(expand_layout(text)).replace("|", "") == flat, text
-            v = theirs.virtual_pipeline_model_parallel_size
-            ps.set_virtual_pipeline_model_parallel_world_size(v)
-            ours = layout_split(text, pp, num_layers=flat.count("t"))
-            for rank in range(pp):
-                for chunk in range(v):
-                    assert list(ours[rank][chunk]) == theirs.get_layer_id_list(
-                        vp_stage=chunk, pp_rank=rank), (text, rank, chunk)
-        for text in BAD:   # Megatron refuses every string refused here
-            with pytest.raises((AssertionError, ValueError, KeyError, NotImplementedError)):
-                m = Mcore(text, 1)
-                m.validate_layer_layout(num_layers=m.flatten_layout.count(LayerType.decoder),
-                                        mtp_num_layers=m.flatten_layout.count(LayerType.mtp)
-                                        or None)
-    finally:
-        ps.set_virtual_pipeline_model_parallel_world_size(saved)

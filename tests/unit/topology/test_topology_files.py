@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import re
 import sys
-from pathlib import Path
 
 import networkx as nx
 import pytest
@@ -14,6 +13,8 @@ if sys.version_info >= (3, 11):
     import tomllib
 else:  # Python 3.10: the tomli backport, a dependency there
     import tomli as tomllib
+
+from support.paths import ROOT
 
 from simharness.errors import SimharnessError
 from simharness.topology import (
@@ -32,7 +33,7 @@ REQUIRED = {"dgx-h100", "dgx-h100-superpod", "dgx-h200-cluster", "hgx-a100-clust
 
 def test_the_promised_topologies_ship():
     assert set(SHIPPED) >= REQUIRED
-    assert topology_dir() == Path(__file__).resolve().parents[1] / "topologies"
+    assert topology_dir() == ROOT / "topologies"
 
 
 @pytest.mark.parametrize("name", SHIPPED)
