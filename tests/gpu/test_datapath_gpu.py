@@ -1,6 +1,6 @@
 """Data-path replay on NCCL (one GPU per rank; skipped without enough GPUs, never run in CI).
 
-``pytest -m gpu tests/test_datapath_gpu.py -s`` prints the per-step times: on
+``pytest -m gpu tests/gpu/test_datapath_gpu.py -s`` prints the per-step times: on
 NCCL a communicator runs its collectives in order, so the all-gather on its
 own communicator ("separate") is what can overlap the reduce-scatter.
 """

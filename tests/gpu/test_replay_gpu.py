@@ -1,6 +1,6 @@
-"""Tier 4: NCCL replays and the overlap probe on GPUs (skipped without enough GPUs).
+"""NCCL replays and the overlap probe on GPUs (skipped without enough GPUs).
 
-Run on a machine with at least 8 GPUs: ``pytest -m gpu tests/test_replay_gpu.py -s``
+Run on a machine with at least 8 GPUs: ``pytest -m gpu tests/gpu/test_replay_gpu.py -s``
 prints the overlap figures (the number users care about: does the all-gather
 on its own communicator overlap the reduce-scatter?).
 """

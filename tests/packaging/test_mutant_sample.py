@@ -1,4 +1,4 @@
-"""The mutation score, guarded cheaply (issue 18): a fixed sample of recorded mutants.
+"""The mutation score, guarded cheaply: a fixed sample of recorded mutants.
 
 Each record of tests/mutants/sample.toml (found by ``make mutate``, killed since) is
 applied on its own to a scratch copy of the package (never to the tree) and the named

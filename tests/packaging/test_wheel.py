@@ -70,7 +70,7 @@ def wheel(tmp_path_factory) -> Path:
     src = _copy_sources(base / "src")
     build = _run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation",
                   "-v", "-w", base / "dist", src], cwd=base)
-    # A quiet install (issue 16): setuptools prints no warning (e.g. a data folder that
+    # A quiet install: setuptools prints no warning (e.g. a data folder that
     # Python can import but that is missing from pyproject.toml's packages).
     log = build.stdout + build.stderr
     assert "Warning" not in log and "!!" not in log, log[-3000:]

@@ -1,5 +1,5 @@
 """The groups 0.18+'s ``create_all_gather_groups()`` reads, judged by the real megatron-core
-(issue 18: the survivors of ``rules._ag_reads``).
+(``rules._ag_reads``).
 
 ``rules._ag_reads`` lists, in order, ``(expert, token, getter, exception)`` for each group
 Megatron's ``create_all_gather_groups(for_expert_parallelism=ep > 1)`` reads on its rank;

@@ -1,5 +1,4 @@
-"""The getter table against megatron-core's ``parallel_state`` (issue 18: ``make mutate``
-on getters.py).
+"""The getter table (getters.py) against megatron-core's ``parallel_state``.
 
 For every profile and every kind, ``getters.getter`` names a function that the matching
 megatron-core release defines, called only with keywords that function takes (an index

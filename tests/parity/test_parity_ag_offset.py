@@ -1,6 +1,6 @@
-"""The all-gather option with a rank offset, judged by the real megatron-core (issue 18).
+"""The all-gather option with a rank offset, judged by the real megatron-core.
 
-The hand-made mutant of issue 18 drops the offset in ``checks._compare_ag``
+A hand-made mutant that drops the offset in ``checks._compare_ag``
 (``first = a[:, 0]`` instead of ``a[:, 0] - w.off``); with it, a correct 0.16 layout
 with ``rank_offset=8, local_world_size=16`` in a torch world of 32 reports a false
 ``ag-mismatch``. Here every profile (0.16 vs 0.17.1, the first release with

@@ -1,4 +1,4 @@
-"""Parity at the edges of validation (issue 11), on GENERATED configurations.
+"""Parity at the edges of validation, on GENERATED configurations.
 
 For each profile and the megatron-core release it models (0.16 vs 0.16.1 and
 0.17.1, 0.18 vs 0.18.2, 0.19 vs 0.19.2), a seeded ``random.Random`` draws

@@ -154,7 +154,7 @@ def test_invalid_config_parity(ps, world, kwargs):
 @pytest.mark.parametrize("world,kwargs", [
     pytest.param(10, dict(hybrid_context_parallel=True), id="hybrid-dp-cp-10"),
     # (Repeated order tokens that change no group are accepted now, as by Megatron:
-    # tests/test_parity_edges.py compares their layouts.)
+    # tests/parity/test_parity_edges.py compares their layouts.)
 ])
 def test_simharness_only_rejections_are_accepted_by_megatron(ps, world, kwargs):
     """Where simharness rejects an input with ``megatron_error=None``, Megatron must accept it."""

@@ -1,5 +1,5 @@
-"""The groups ``rules._phase_tokens`` says Megatron creates, judged by the real megatron-core
-(issue 18: the survivors of ``rules._phase_tokens``).
+"""The groups ``rules._phase_tokens`` says Megatron creates, judged by the real
+megatron-core.
 
 ``_phase_tokens(f, phase)`` lists ``(expert, token, first list only)`` of the
 ``new_group`` calls Megatron makes in each stretch of ``initialize_model_parallel``; the

@@ -2,7 +2,7 @@
 
 ``CASES`` and ``INVALID`` are Megatron keyword arguments in the 0.16/0.17 form:
 the all-gather option is the ``create_all_gather_group`` keyword. The 0.18
-parity (``tests/test_profile_018.py``) turns it into the after-init
+parity (``tests/parity/test_profile_018_parity.py``) turns it into the after-init
 ``create_all_gather_groups()`` call with :func:`split_ag`.
 """
 

@@ -1,4 +1,4 @@
-"""Faithful capture: every rank its own interpreter, started as torchrun starts it (issue 14).
+"""Faithful capture: every rank its own interpreter, started as torchrun starts it.
 
 Each test that starts ranks runs a small world (2-4 processes) through torch's elastic
 agent; the expectations come from what a real torchrun job does (per-process hash seeds,
@@ -384,7 +384,7 @@ def test_replay_data_replays_the_captured_groups(tmp_path):
     cap = capture(lambda: ps.initialize_model_parallel(tensor_model_parallel_size=2,
                                                        create_all_gather_group=True), 4,
                   timeout=60)
-    data = json.loads(cap.to_json())  # (the model's own groups match: tests/test_datapath*)
+    data = json.loads(cap.to_json())  # (the model's own groups match: tests/*/test_datapath*)
     for seq in data["sequences"]:
         for call in seq:
             if call["desc"] == "DATA_PARALLEL_GROUP_WITH_CP_AG":  # [0, 2], [1, 3] -> swapped

@@ -1,4 +1,4 @@
-"""The --gpu sweep's machinery on gloo (the NCCL path needs GPUs: tests/test_replay_gpu.py)."""
+"""The --gpu sweep's machinery on gloo (the NCCL path needs GPUs: tests/gpu/test_replay_gpu.py)."""
 
 from __future__ import annotations
 

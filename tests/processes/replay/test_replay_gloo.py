@@ -1,4 +1,4 @@
-"""Tier 3: replay layouts on real gloo processes (worlds 8 and 16) and verify them.
+"""Replay layouts on real gloo processes (worlds 8 and 16) and verify them.
 
 Each replay forks ``world_size`` ranks from a helper that imports torch once;
 the rendezvous store listens on a port the kernel picks, so replays run in

@@ -1,4 +1,4 @@
-"""A replay rank that runs out of memory is reported as such (issue 16).
+"""A replay rank that runs out of memory is reported as such.
 
 ``kill`` is what the kernel's OOM killer does to a rank (SIGKILL from outside);
 ``oom`` allocates until the rank's ``RLIMIT_DATA`` stops it. The machine's memory is

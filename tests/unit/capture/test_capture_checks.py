@@ -1,8 +1,8 @@
-"""The capture checks (``simharness.capture.checks``) on hand-built captures (issue 18).
+"""The capture checks (``simharness.capture.checks``) on hand-built captures.
 
-tests/test_capture.py runs real code under torch's fake backend and asserts what the
-checks must name there; mutation testing showed that most of the wording, severities,
-named ranks and branches were asserted nowhere. These tests build :class:`Capture` values
+tests/processes/capture/test_capture.py runs real code under torch's fake backend and
+asserts what the checks must name there; these tests pin the wording, severities, named
+ranks and branches of every finding. They build :class:`Capture` values
 directly (no process, no torch.distributed) and assert each finding in full: the ranks,
 call numbers, group lists and call sites each message names are the ones the input puts
 there, worked out by hand below each scenario.

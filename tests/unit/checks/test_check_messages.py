@@ -1,14 +1,13 @@
-"""Every finding ``check`` returns, in full, on a catalogue of layouts (issue 18).
+"""Every finding ``check`` returns, in full, on a catalogue of layouts.
 
-Mutation testing showed that most of the checks' wording, severities and named ranks
-were asserted nowhere: a check could name the wrong ranks, or say "error" where it
-meant "info", and no test noticed. Each scenario below is a layout (clean, or with one
+A check that names the wrong ranks, or says "error" where it means "info", fails here.
+Each scenario below is a layout (clean, or with one
 fault injected into its exported plan, the way a hand-edited plan reaches a user) and
 tests/unit/checks/golden/check_findings.json holds every finding ``check`` returns for it: code,
 severity, message, ranks and group kinds. The golden file was written by the code and
 then read finding by finding against the fault injected (the ranks and counts each
 message names are the fault's); it is the text users read, so a change to it is a
-reviewed change: ``SIMHARNESS_UPDATE_GOLDEN=1 pytest tests/test_check_messages.py``
+reviewed change: ``SIMHARNESS_UPDATE_GOLDEN=1 pytest tests/unit/checks/test_check_messages.py``
 rewrites it, and the diff is the review.
 
 A second test makes every kind of four rich layouts the wrong size in turn and expects

@@ -1,6 +1,6 @@
 """``check()`` is total: every layout ``build_layout`` returns is checked without an
 exception, under every profile, with rank_offset, the all-gather option, GTP and
-repeated size-1 order tokens (issue 11, item 1).
+repeated size-1 order tokens.
 
 The property also pins the two findings these inputs must give: ``ag-window``
 exactly when the after-init AG groups (offset 0 hard-coded) meet a job that does

@@ -1,18 +1,17 @@
-"""Every validation rule's verdict, in full, on the parity configurations (issue 18).
+"""Every validation rule's verdict, in full, on the parity configurations.
 
-Mutation testing showed that the rules' worked checks, messages and values were
-asserted only where a test happened to read them. Here every rule of
+Every rule of
 ``simharness.rules`` is evaluated (``evaluate_all``) on the configurations the parity
 tests run through the real megatron-core (``tests/support/parity_cases.py``: CASES, which
 Megatron accepts, and INVALID, which it rejects), on the seeded edge draws of
-``tests/test_parity_edges.py`` and on a few 0.18/0.19 inputs, under each profile the
+``tests/support/parity_edges.py`` and on a few 0.18/0.19 inputs, under each profile the
 keywords fit (the edge draws in a compact form, up to the first failing rule: which rules
 hold, the failing message).
 tests/unit/checks/golden/rule_verdicts.json holds, per configuration and profile,
 each rule that applies: whether it holds, its worked check, the message, values and
 exception. Whether each configuration is accepted at all is Megatron's verdict
 (checked against Megatron by the parity tests); the golden file pins the words and
-numbers. ``SIMHARNESS_UPDATE_GOLDEN=1 pytest tests/test_rule_verdicts.py`` rewrites
+numbers. ``SIMHARNESS_UPDATE_GOLDEN=1 pytest tests/unit/checks/test_rule_verdicts.py`` rewrites
 it; the diff is the review.
 """
 
@@ -107,7 +106,7 @@ def _verdicts(mcore: str, world: int, kwargs: dict, *, to_first_failure: bool = 
 
 
 def _edges() -> list[tuple[str, str, int, dict]]:
-    """The seeded draws of tests/test_parity_edges.py: ``(key, profile, world, kwargs)``."""
+    """The seeded draws of tests/support/parity_edges.py: ``(key, profile, world, kwargs)``."""
     from support.parity_edges import RELEASES, generated
 
     return [(f"edge-{release}-{i}@{mcore}", mcore, world,

@@ -1,4 +1,4 @@
-"""Resource limits and exit statuses (issue 16).
+"""Resource limits and exit statuses.
 
 A request that cannot fit in memory is refused before any work, with one line giving the
 estimate, the limit and the largest input that fits (exit 2); a crash is one line and exit

@@ -302,7 +302,7 @@ def test_validate_raises_in_megatrons_order():
     assert old.value.megatron_error == "TypeError"
 
 
-# ------------------------------------------------------------ issue 11 edges
+# ------------------------------------------------------------ validation edges
 def test_window_past_the_world_is_megatrons_value_error():
     with pytest.raises(LayoutError) as info:
         ParallelismConfig.from_megatron(world_size=16, mcore="0.18", tensor_model_parallel_size=2,

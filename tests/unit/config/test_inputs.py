@@ -1,4 +1,4 @@
-"""Issue 16, inputs: every value means what the user meant or is refused.
+"""Inputs: every value means what the user meant or is refused.
 
 One strict parser for every source (simharness.fieldtypes), conflicts between two sources
 of one value, NeMo's silent changes as notes, file errors that name the user's path,

@@ -1,6 +1,6 @@
 """Every published point of topologies/calibration/nccl_calibration.toml against the model.
 
-Targets (issue 15): busbw within +-15 % at >= 64 MB, time within 1.5x below (a busbw
+Targets: busbw within +-15 % at >= 64 MB, time within 1.5x below (a busbw
 point below 64 MB is judged on its time). Points the model misses
 carry a ``known_miss`` reason in the data file and are strict xfails here: they
 must keep failing (the model was not tuned to them), and a fix that makes one
@@ -69,7 +69,7 @@ def test_the_data_set_covers_the_sweep_and_keeps_fit_and_heldout_apart():
 
 def test_the_data_set_is_package_data_not_tests():
     # An installed wheel has no tests/: the library reads the file shipped with the
-    # topologies (tests/test_wheel.py loads it from an installed wheel).
+    # topologies (tests/packaging/test_wheel.py loads it from an installed wheel).
     assert topology_dir() / "calibration" / "nccl_calibration.toml" == DEFAULT_PATH
     assert "tests" not in DEFAULT_PATH.parts and DEFAULT_PATH.is_file()
 

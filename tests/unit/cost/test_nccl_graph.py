@@ -1,4 +1,4 @@
-"""NCCL's graph search and what it feeds (issue 15): channels, tree graph, versions, memory.
+"""NCCL's graph search and what it feeds: channels, tree graph, versions, memory.
 
 Expected figures are worked out by hand from NCCL's source (search.cc, connect.cc,
 tuning.cc at v2.23.4-1 / v2.28.3-1), not read back from the code.
@@ -160,7 +160,7 @@ def test_explain_lines_read_like_nccl_debug():
 
 
 def test_topology_cost_columns_are_nccl_tests_and_reach_8gb():
-    """Issue 16: algbw is nccl-tests' size / time, busbw = algbw x bus factor, and the
+    """algbw is nccl-tests' size / time, busbw = algbw x bus factor, and the
     default sizes reach the 8 GB the help promises; --nccl picks the release."""
     import json
 

@@ -1,8 +1,7 @@
-"""NCCL's pick (``nccl_model.choose``) and what it prices: the algorithms enabled per
-group, every algorithm's latency and bandwidth formula, worked by hand from tuning.cc with
-the graph search's channels and per-channel rates (issue 18: mutation testing found these
-branches unasserted). Figures: tuning.cc tables as copied in ``nccl_model`` (baseLat,
-hwLat, llMaxBw, per-channel caps, nvlsEfficiency)."""
+"""NCCL's pick (``nccl_model.choose``) and what it prices: the algorithms enabled per group,
+every algorithm's latency and bandwidth formula, worked by hand from tuning.cc with the
+graph search's channels and per-channel rates. Figures: tuning.cc tables as copied in
+``nccl_model`` (baseLat, hwLat, llMaxBw, per-channel caps, nvlsEfficiency)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The mid-size ramp and the launch period (issue 15 item 5): pure, fast checks.
+"""The mid-size ramp and the launch period: pure, fast checks.
 
 Chunk sizes follow calcCollChunking (enqueue.cc, v2.23.4-1 / v2.28.3-1): NVLS starts at
 NCCL_NVLS_CHUNKSIZE (128 KiB) and drops to 64/32/16 KiB while the bytes are below

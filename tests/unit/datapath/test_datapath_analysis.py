@@ -1,4 +1,4 @@
-"""The data-path comparison on simulated observations (issue 18): what every rank would
+"""The data-path comparison on simulated observations: what every rank would
 report from a correct replay (built from the single-process reference), then one fault at
 a time, and every finding and summary field the analysis returns, in full.
 

@@ -1,5 +1,4 @@
-"""Every group source's per-rank operations agree with its array (issue 18: the survivors
-of ``make mutate`` on sources.py).
+"""Every group source's per-rank operations (sources.py) agree with its array.
 
 The arrays are Megatron's (the parity tests run ``tests/support/parity_cases.py``'s CASES through
 the real megatron-core); here, on those layouts (``Ortho``, ``Chunks``, ``Hierarchical``,

@@ -1,9 +1,6 @@
-"""Tests written to kill surviving mutants (issue 18, ``make mutate``).
-
-Each test names the module and function whose mutant it kills; every one was seen to
-fail with its mutant applied. Mutants judged equivalent are listed, with a reason, in
-tests/mutants/equivalent.toml.
-"""
+"""Behaviours ``make mutate`` found unasserted, one test each: the module and function it
+guards are named, and each test fails with that function's recorded mutant applied. Mutants
+judged equivalent are listed, with a reason, in tests/mutants/equivalent.toml."""
 
 from __future__ import annotations
 
@@ -17,7 +14,7 @@ def _findings(lay, code):
 def test_checks_compare_ag_translates_the_rank_offset():
     """checks._compare_ag: ``first = a[:, 0] - w.off``. A correct 0.16 layout in a window
     (rank_offset 8, local_world_size 16, torch world 32) with the option on has no
-    ag-mismatch (the issue 18 mutant drops ``- w.off`` and reports one)."""
+    ag-mismatch (a mutant that drops ``- w.off`` and reports one)."""
     cfg = ParallelismConfig.from_megatron(
         world_size=32, mcore="0.16", tensor_model_parallel_size=2,
         pipeline_model_parallel_size=2, context_parallel_size=2, rank_offset=8,

@@ -12,7 +12,7 @@ from simharness.topology import TopologyError, load_cluster, topology_dir
 from simharness.topology.cost import build_rings, bus_bandwidth, maxmin_rates, predict
 
 # The old alpha-beta calibration tests (fitted efficiencies checked at 8 GiB against an
-# unsourced range) are replaced by tests/test_cost_calibration.py, which checks every
+# unsourced range) are replaced by tests/unit/cost/test_cost_calibration.py, which checks every
 # published point of topologies/calibration/nccl_calibration.toml over the size sweep.
 SIZE = 8 * 2 ** 30
 
