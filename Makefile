@@ -9,7 +9,7 @@ TORCH_SPEC ?= torch==2.13.0
 TORCH_INDEX_URL ?=
 TORCH_INDEX := $(if $(TORCH_INDEX_URL),--index-url $(TORCH_INDEX_URL))
 
-.PHONY: demo test lint fetch-mcore setup setup-test bench clean mutate
+.PHONY: demo test test-fast lint fetch-mcore setup setup-test bench clean mutate
 
 $(VENV)/.base: pyproject.toml
 	test -x $(PY) || python3 -m venv $(VENV)
@@ -37,15 +37,21 @@ demo: $(VENV)/.base
 test: $(VENV)/.test
 	$(PY) -m pytest -n auto -q -rs
 
-# The pinned megatron-core wheels' parallel_state.py (0.17.1, 0.18.2, 0.19.2) into .cache/;
-# exits non-zero, with the reason, when one cannot be had.
+# The pure tier (tests/unit/): starts no process and needs no megatron-core.
+test-fast: $(VENV)/.test
+	$(PY) -m pytest -n auto -q tests/unit
+
 lint: $(VENV)/.lint
 	PYTHON=$(PY) scripts/lint.sh
 
+# The pinned megatron-core wheels (0.17.1, 0.18.2, 0.19.2): parallel_state.py into .cache/mcore0XX,
+# the whole megatron/core tree into .cache/mcore0XX-src (the all-gather reader parity test);
+# exits non-zero, with the reason, when one cannot be had.
 fetch-mcore: $(VENV)/.test
-	$(PY) tests/megatron_harness.py
+	$(PY) tests/support/megatron_harness.py
+	$(PY) tests/support/mcore_sources.py
 
-# Mutation testing (issue 18; not part of CI): mutmut over tests/mutants/modules.toml, one
+# Mutation testing (not part of CI): mutmut over tests/mutants/modules.toml, one
 # module at a time, each in a scratch copy (.mutate/), then the score per module.
 # MUTATE_MODULES="checks rules" for a subset, MUTATE_JOBS=N workers (default 1).
 $(VENV)/.mutate: $(VENV)/.test

@@ -5,15 +5,15 @@
     python bench/bench_run.py -n 8 FILE [FILE...]  # any pytest files (paths or node ids)
     python bench/bench_run.py --upstream           # + the pinned upstream suites
 
-Default files: examples/run/megatron_cases.py (40 Megatron-Core tests, 8 ranks) and
-examples/run/dist_cases.py (7 tests with a fail, a needs-GPU skip and a hang, 4 ranks).
+Default files: tests/fixtures/run/megatron_cases.py (40 Megatron-Core tests, 8 ranks) and
+tests/fixtures/run/dist_cases.py (7 tests with a fail, a needs-GPU skip and a hang, 4 ranks).
 
-``--upstream``: also the pinned upstream suites of tests/upstream_suites.py: Megatron-LM
+``--upstream``: also the pinned upstream suites of tests/support/upstream_suites.py: Megatron-LM
 core_v0.16.1 tests/unit_tests/test_parallel_state.py (8 ranks), run from its cache directory
 without this project's pytest options, and torch 2.13.0's distributed_test.py (3 ranks,
-through examples/run/torch_distributed_driver.py, from the installed wheel once its sha256
+through tests/fixtures/run/torch_distributed_driver.py, from the installed wheel once its sha256
 matches the pin). A suite whose files are not there is listed as "needs the files"
-(``python tests/upstream_suites.py --git MIRROR`` puts Megatron-LM's there; nothing is
+(``python tests/support/upstream_suites.py --git MIRROR`` puts Megatron-LM's there; nothing is
 downloaded). ``--suite NAME`` runs only that suite.
 
 Columns: ``gpu`` = skipped because a call needs a real GPU (part of ``skip``); ``div`` =
@@ -31,7 +31,7 @@ import time
 from simharness.runtests.runner import RunSpec, cores, memory_plan, run_pytest
 from simharness.runtests.verdicts import counts, junit_xml
 
-DEFAULT = (("examples/run/megatron_cases.py", 8), ("examples/run/dist_cases.py", 4))
+DEFAULT = (("tests/fixtures/run/megatron_cases.py", 8), ("tests/fixtures/run/dist_cases.py", 4))
 
 
 def bench_file(path: str, ranks: int, timeout: float, cwd: str | None = None,
@@ -70,7 +70,7 @@ def main(argv=None) -> int:
     ap.add_argument("-n", type=int, default=8, help="ranks for FILES (default 8)")
     ap.add_argument("--timeout", type=float, default=60.0, help="per-test hang timeout (s)")
     ap.add_argument("--upstream", action="store_true",
-                    help="also the pinned upstream suites (tests/upstream_suites.py)")
+                    help="also the pinned upstream suites (tests/support/upstream_suites.py)")
     ap.add_argument("--no-shim", action="store_true", help="run the ranks without the GPU shim")
     ap.add_argument("--junit-dir", help="write each file's verdicts as JUnit XML here")
     ap.add_argument("--suite", action="append", default=[],
@@ -80,7 +80,7 @@ def main(argv=None) -> int:
         [(f, args.n, None, ()) for f in args.files] if args.files
         else [] if args.suite else [(f, n, None, ()) for f, n in DEFAULT])
     if args.upstream or args.suite:
-        sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "tests"))
+        sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "tests", "support"))
         import upstream_suites
 
         for suite in upstream_suites.SUITES.values():
@@ -90,7 +90,7 @@ def main(argv=None) -> int:
             if root is None:
                 how = (f"{suite.package} installed with the pinned files: "
                        f"{'; '.join(upstream_suites.mismatches(suite))}" if suite.package
-                       else f"python tests/upstream_suites.py --git MIRROR-OF-{suite.repo}")
+                       else f"python tests/support/upstream_suites.py --git MIRROR-OF-{suite.repo}")
                 print(f"{suite.name}: needs the files ({how})")
             else:
                 jobs.append((suite.run, suite.ranks, None if suite.package else str(root),

@@ -5,7 +5,7 @@
         --create-all-gather-group
 
 0.19.2's ``parallel_state.py`` is loaded from the pinned wheel's cache (``make fetch-mcore``)
-with the stubs of ``tests/megatron_harness.py``, as the parity tests load it, so the rank
+with the stubs of ``tests/support/megatron_harness.py``, as the parity tests load it, so the rank
 imports torch and that file, not the rest of megatron-core (which the installed 0.16.1 is).
 """
 
@@ -16,7 +16,7 @@ import sys
 import torch.distributed as dist
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, os.path.join(ROOT, "tests"))
+sys.path.insert(0, os.path.join(ROOT, "tests", "support"))
 
 import megatron_harness  # noqa: E402
 

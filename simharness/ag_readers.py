@@ -7,7 +7,7 @@ helps when some data-parallel implementation moves its parameter all-gather onto
 Megatron's source is the judge of which one does; this module holds the answer per
 megatron-core profile (:data:`~simharness.profiles.MCORE_PROFILES`, plus ``"main"``,
 Megatron-LM's main branch where it differs), each row citing the file and function
-of Megatron that reads the group. ``tests/test_ag_readers_parity.py`` scans the
+of Megatron that reads the group. ``tests/parity/test_ag_readers_parity.py`` scans the
 installed megatron-core (and the cached 0.17.1 / 0.18.2 / 0.19.2 trees) for every
 call site and fails when this table and the code disagree.
 

@@ -38,7 +38,7 @@ from .merge import merge_records
 from .record import FAILED, NOT_RUN, Capture, CaptureError, GetterSpec, RankRecord
 
 #: Peak resident memory of one rank: a Python process with torch, gloo and the shim running
-#: tests/capture_scripts/faithful_job.py peaked at 250-260 MB (VmHWM; 146 MB of it anonymous
+#: tests/fixtures/capture/faithful_job.py peaked at 250-260 MB (VmHWM; 146 MB of it anonymous
 #: after ``import torch.distributed``). A script importing more (megatron.core: about 390 MB)
 #: needs more; the estimate is a floor.
 RANK_MEMORY_MB = 260

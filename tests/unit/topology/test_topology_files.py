@@ -1,0 +1,212 @@
+"""Topology files: every shipped file loads, graphs have the known shapes,
+malformed files fail with the file, the field and what was expected."""
+
+from __future__ import annotations
+
+import re
+import sys
+
+import networkx as nx
+import pytest
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # Python 3.10: the tomli backport, a dependency there
+    import tomli as tomllib
+
+from support.paths import ROOT
+
+from simharness.errors import SimharnessError
+from simharness.topology import (
+    TopologyError,
+    list_topologies,
+    load_cluster,
+    load_graph,
+    load_spec,
+    topology_dir,
+)
+
+SHIPPED = list_topologies()
+REQUIRED = {"dgx-h100", "dgx-h100-superpod", "dgx-h200-cluster", "hgx-a100-cluster",
+            "gb200-nvl72", "gb200-nvl72-superpod", "cpu-loopback"}
+
+
+def test_the_promised_topologies_ship():
+    assert set(SHIPPED) >= REQUIRED
+    assert topology_dir() == ROOT / "topologies"
+
+
+@pytest.mark.parametrize("name", SHIPPED)
+def test_every_shipped_topology_loads_and_builds_a_consistent_graph(name):
+    spec = load_spec(name)
+    assert spec.name == name  # the file's name field matches its file name
+    cluster = load_cluster(spec)
+    g = cluster.graph()
+    kinds = [k for _, k in g.nodes(data="kind")]
+    assert kinds.count("gpu") == cluster.n_devices == spec.default_nodes * spec.node.gpus
+    assert kinds.count("nvswitch") == cluster.n_domains
+    assert kinds.count("nic") == cluster.n_nics
+    assert kinds.count("leaf") == cluster.n_leaves
+    assert nx.is_connected(g)
+    for _, _, e in g.edges(data=True):
+        assert e["bandwidth_gb_per_s"] > 0 and 0 < e["efficiency"] <= 1
+        assert e["capacity_gb_per_s"] == pytest.approx(e["bandwidth_gb_per_s"] * e["efficiency"])
+        assert e["latency_us"] >= 0
+    # Every directed link id appears exactly once in the graph.
+    ids = sorted(i for _, _, e in g.edges(data=True) for i in e["links"])
+    assert ids == list(range(cluster.n_links))
+
+
+def test_32_dgx_nodes_have_256_gpus_8_rails_and_8_leaves():
+    c = load_cluster("dgx-h100-superpod", nodes=32)
+    g = c.graph()
+    assert (c.n_devices, c.n_rails, c.n_leaves, c.n_domains) == (256, 8, 8, 32)
+    rails = {d["rail"] for _, d in g.nodes(data=True) if d["kind"] == "nic"}
+    assert rails == set(range(8))
+    # rail-optimised: every NIC of rail r hangs off the same leaf
+    for r in range(8):
+        leaves = {next(n for n in g[("nic", nic)] if n[0] == "leaf")
+                  for nic, d in ((n[1], d) for n, d in g.nodes(data=True) if d["kind"] == "nic")
+                  if d["rail"] == r}
+        assert len(leaves) == 1
+    assert g.degree[("spine", 0)] == 8
+
+
+def test_more_than_one_scalable_unit_adds_rail_leaves():
+    c = load_cluster("dgx-h100-superpod", nodes=128)  # 4 SUs
+    assert (c.n_devices, c.n_leaves) == (1024, 32)
+    assert int(c.leaf_of(32 * 8 + 3)) == 8 + 3   # node 32 (SU 1), GPU 3 -> rail 3 of SU 1
+
+
+def test_nvl72_shapes():
+    rack = load_cluster("gb200-nvl72")
+    assert (rack.n_devices, rack.n_domains, rack.nodes) == (72, 1, 18)
+    pod = load_cluster("gb200-nvl72-superpod")
+    assert (pod.n_devices, pod.n_domains, pod.n_rails) == (576, 8, 4)
+    g = pod.graph()
+    assert g.degree[("nvswitch", 0)] == 72
+
+
+def test_explicit_path_loads(tmp_path):
+    src = topology_dir() / "dgx-h100.toml"
+    copy = tmp_path / "mine.toml"
+    copy.write_text(src.read_text().replace('name = "dgx-h100"', 'name = "mine"'))
+    assert load_spec(copy).name == "mine"
+    assert load_spec(str(copy)).source == str(copy)
+
+
+def test_unknown_name_lists_the_known_ones():
+    with pytest.raises(TopologyError) as e:
+        load_spec("dgx-h900")
+    msg = str(e.value)
+    assert "dgx-h900" in msg and all(n in msg for n in SHIPPED)
+    assert isinstance(e.value, SimharnessError) and isinstance(e.value, ValueError)
+
+
+def test_missing_file_path_is_an_error(tmp_path):
+    with pytest.raises(TopologyError, match="does not exist"):
+        load_spec(tmp_path / "nope.toml")
+
+
+# ------------------------------------------------------------------ malformed files
+BASE = (topology_dir() / "dgx-h100-superpod.toml").read_text()
+
+
+def _mutate(text: str, old: str, new: str) -> str:
+    assert old in text, old
+    return text.replace(old, new, 1)
+
+
+MALFORMED = [
+    # (mutation, field named in the error, words of what was expected)
+    (("gpus = 8\n", 'gpus = "eight"\n'), "[node] gpus", "a whole number >= 1, got 'eight'"),
+    (("domain_gpus = 8", "domain_gpus = 12"), "[scale_up] domain_gpus",
+     "a multiple of [node] gpus (8)"),
+    (("efficiency = 0.824", "efficiency = 1.5"), "[scale_up] efficiency", "<= 1.0, got 1.5"),
+    (("bandwidth_gb_per_s = 450", ""), "[scale_up] bandwidth_gb_per_s", "it is missing"),
+    (("latency_us = 0.6", "latency_us = -0.6"), "[scale_up] latency_us",
+     "a number >= 0.0, got -0.6"),
+    (("speed_gbit_per_s = 400", "speed_gbit_per_s = -400"), "[scale_out] speed_gbit_per_s",
+     "a number > 0.0, got -400"),
+    (("nic_latency_us = 1.0", ""), "[scale_out] nic_latency_us", "it is missing"),
+    (('arch = "hopper"', 'arch = "pascal"'), "[node] arch", "one of 'volta', 'ampere'"),
+    (('arch = "hopper"', 'arch = "ampere"'), "[scale_up] nvls", "false unless [node] arch"),
+    (("nvls = true", 'nvls = "yes"'), "[scale_up] nvls", "true or false, got 'yes'"),
+    (("sms = 132", "sms = 0"), "[node] sms", "a whole number >= 1, got 0"),
+    (("nics_per_node = 8", "nics_per_node = 3"), "[scale_out] nics_per_node",
+     "a divisor of [node] gpus (8)"),
+    (('wiring = "rail"', 'wiring = "star"'), "[scale_out] wiring", "one of 'rail', 'tor'"),
+    (("[node]\n", "[node]\ngpu_count = 8\n"), "[node] gpu_count", "unknown field"),
+    (("ports = 64 ", "ports = 40 "), "ports", "at least 32 downlinks + 32 uplinks"),
+    (("uplink_ports = 32\n", "uplink_ports = 0\n"), "uplink_ports", "a whole number >= 1"),
+    (("max_nodes = 2048", "max_nodes = 4"), "default_nodes",
+     "at most max_nodes (4)"),
+    (('name = "dgx-h100-superpod"', "name = 5"), "name", "a string, got 5"),
+]
+
+
+@pytest.mark.parametrize("mutation, field, expected", MALFORMED,
+                         ids=[m[1] + ":" + m[2][:20] for m in MALFORMED])
+def test_malformed_files_name_the_file_the_field_and_the_expectation(tmp_path, mutation, field,
+                                                                     expected):
+    bad = tmp_path / "bad.toml"
+    bad.write_text(_mutate(BASE, *mutation))
+    with pytest.raises(TopologyError) as e:
+        load_spec(bad)
+    msg = str(e.value)
+    assert msg.startswith(f"{bad}: "), msg
+    assert field in msg and expected in msg, msg
+
+
+def test_a_third_tier_is_rejected(tmp_path):
+    bad = tmp_path / "bad.toml"
+    bad.write_text(BASE + '\n[[scale_out.tiers]]\nname = "core"\nport_speed_gbit_per_s = 400\n'
+                   'latency_us = 1\n')
+    with pytest.raises(TopologyError, match=r"tiers: expected 1 or 2"):
+        load_spec(bad)
+
+
+def test_toml_syntax_error_names_the_file(tmp_path):
+    bad = tmp_path / "bad.toml"
+    bad.write_text("name = \n")
+    with pytest.raises(TopologyError, match=re.escape(str(bad)) + ": not valid TOML"):
+        load_spec(bad)
+
+
+def test_readme_example_error_is_the_real_one(tmp_path):
+    readme = (topology_dir() / "README.md").read_text()
+    example = re.search(r"error: my\.toml: (.*)", readme).group(1)
+    bad = tmp_path / "my.toml"
+    bad.write_text(_mutate(BASE, "domain_gpus = 8", "domain_gpus = 12"))
+    with pytest.raises(TopologyError) as e:
+        load_spec(bad)
+    assert str(e.value) == f"{bad}: {example}"
+
+
+@pytest.mark.parametrize("name, nodes, words", [
+    ("dgx-h100", 2, "at most 1 node"),
+    ("gb200-nvl72", 19, "at most 18 node"),
+    ("cpu-loopback", 2, "at most 1 node"),
+    ("dgx-h100-superpod", 0, "--nodes must be a whole number >= 1"),
+])
+def test_node_counts_beyond_the_description_are_errors(name, nodes, words):
+    with pytest.raises(TopologyError, match=words):
+        load_cluster(name, nodes)
+
+
+def test_no_spine_means_one_leaf_per_rail(tmp_path):
+    text = (topology_dir() / "gb200-nvl72.toml").read_text().replace("max_nodes = 18\n", "")
+    f = tmp_path / "rackless.toml"
+    f.write_text(text)
+    assert load_cluster(f, 18).n_leaves == 4
+    with pytest.raises(TopologyError, match="no spine"):
+        load_cluster(f, 19)
+
+
+def test_shipped_files_are_plain_toml_with_the_documented_sections():
+    readme = (topology_dir() / "README.md").read_text()
+    for name in SHIPPED:
+        data = tomllib.loads((topology_dir() / f"{name}.toml").read_text())
+        assert {"name", "node", "scale_up"} <= set(data)
+        assert f"`{name}.toml`" in readme  # every file is listed in the README
+    assert load_graph("dgx-h100").number_of_nodes() == 8 + 1 + 8 + 8
