@@ -1,12 +1,12 @@
 """Faithful capture (the default): every rank its own interpreter, started as torchrun starts it.
 
-:func:`run_faithful` starts ``world_size`` ranks of ``python -m simharness.capture.rank --
-TARGET`` through torch's elastic agent (:func:`simharness.launch.launcher.launch`, c10d
+:func:`run_faithful` starts ``world_size`` ranks of ``python -m simharness.capture.faithful_rank
+-- TARGET`` through torch's elastic agent (:func:`simharness.launch.launcher.launch`, c10d
 rendezvous on 127.0.0.1): torchrun's variables are set before each interpreter starts, each
 has its own string-hash seed (``PYTHONHASHSEED`` is removed from the ranks' environment),
 the default group is real gloo over the loopback store (collectives return real data) and
-the GPU calls go through the CPU shim (see :mod:`.rank`). Each rank writes its record into a
-temporary directory; they are merged into one :class:`~simharness.capture.record.Capture`.
+the GPU calls go through the CPU shim (see :mod:`.faithful_rank`). Each rank writes its record
+into a temporary directory; they are merged into one :class:`~simharness.capture.record.Capture`.
 
 Output: the ranks' stdout and stderr lines go to this process's stderr prefixed ``[rankN]:``
 by the rank itself (:mod:`simharness.launch.output`; never to stdout), or to files under
@@ -112,15 +112,15 @@ def rank_command(target: Target, out_dir: str, *, timeout: float | None, grace: 
 
     >>> from simharness.capture.command import Target
     >>> rank_command(Target("init.py", None, ("--tp", "2")), "/d", timeout=60, grace=5)
-    ('-m', 'simharness.capture.rank', '--out-dir', '/d', '--grace', '5', '--timeout', '60', \
-'--', 'init.py', '--tp', '2')
+    ('-m', 'simharness.capture.faithful_rank', '--out-dir', '/d', '--grace', '5', '--timeout', \
+'60', '--', 'init.py', '--tp', '2')
     """
     opts: list[str] = ["--out-dir", out_dir, "--grace", f"{grace:g}"]
     if timeout is not None:
         opts += ["--timeout", f"{timeout:g}"]
     for g in getters:
         opts += ["--getter", g.text]
-    return ("-m", "simharness.capture.rank", *opts, "--", *target.argv)
+    return ("-m", "simharness.capture.faithful_rank", *opts, "--", *target.argv)
 
 
 #: How many ranks may import at once (:mod:`simharness.launch.stagger`):

@@ -721,8 +721,8 @@ def start_crosscheck(world_size: int, target_argv: Sequence[str], *, ranks: Sequ
             env = {**base, **rank_environment(r, world_size, gpus_per_node)}
             with open(os.path.join(run.tmp, f"rank{r}.log"), "wb") as log:
                 run.procs.append(subprocess.Popen(
-                    [sys.executable, "-m", "simharness.capture.rank", "--fake", "--out-dir",
-                     run.tmp, "--", *target_argv], env=env, stdin=subprocess.DEVNULL,
+                    [sys.executable, "-m", "simharness.capture.faithful_rank", "--fake",
+                     "--out-dir", run.tmp, "--", *target_argv], env=env, stdin=subprocess.DEVNULL,
                     stdout=log, stderr=subprocess.STDOUT))
     except BaseException:
         run.cancel()

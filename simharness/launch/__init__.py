@@ -6,8 +6,9 @@ Shared by ``simharness run`` and capture's faithful mode. One module per concept
 - :mod:`.gpu_shim`: ``install(local_rank, local_world_size)`` answers the CUDA device calls
   per local rank, turns NCCL into gloo and moves CUDA tensors to CPU, refusing with
   :class:`simharness.errors.NeedsGPU` what truly needs a GPU;
-- :mod:`.rank`: ``python -m simharness.launch.rank [--shim] -- script.py ARGS`` (or
-  ``-- -m pytest ARGS``), the per-rank bootstrap, usable under plain torchrun/srun;
+- :mod:`.bootstrap`: ``python -m simharness.launch.bootstrap [--shim] -- script.py ARGS`` (or
+  ``-- -m pytest ARGS``; published as ``python -m simharness.launch.rank``), the rank
+  bootstrap, usable under plain torchrun/srun;
 - :mod:`.launcher`: ``launch(LaunchSpec(...))`` starts W ranks through torch's own elastic
   agent on loopback and returns each rank's exit status.
 

@@ -647,7 +647,7 @@ ENTRIES = {"megatron": "simharness.replay.datapath_worker:run_datapath_rank",
 
 def preflight_data(layout: Layout, opts: DataPathOptions) -> None:
     """Everything refused before a process starts (no torch)."""
-    from .launcher import preflight
+    from .controller import preflight
     from .options import cpu_count, max_local_gloo_ranks
 
     opts.validate()
@@ -686,7 +686,7 @@ def replay_data(layout: Layout, options: DataPathOptions | None = None, *,
     """
     import time
 
-    from .launcher import run_local
+    from .controller import run_local
 
     opts = options or DataPathOptions(**kwargs)
     if options is not None and kwargs:

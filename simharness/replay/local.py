@@ -1,6 +1,6 @@
 """The local launcher's helper process: ``python -m simharness.replay.local SPEC.json``.
 
-Started by :func:`simharness.replay.launcher.replay` in a session of its own,
+Started by :func:`simharness.replay.controller.replay` in a session of its own,
 it imports torch (and megatron-core in Megatron mode) once, forks one process
 per rank (fast: no re-import; safe: nothing has run OpenMP yet), hosts the
 rendezvous ``TCPStore`` on ``127.0.0.1`` with a port the kernel picks (so

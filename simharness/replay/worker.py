@@ -517,7 +517,7 @@ def torchrun_main(layout: Layout, opts: ReplayOptions, *, report_path: str | Non
                   quiet: bool = False, echo: Callable[[str], None] = print) -> int:
     """Replay under torchrun; rank 0 prints the summary and writes the report. Exit code."""
     from ..errors import SimharnessError
-    from .launcher import write_report
+    from .controller import write_report
     from .plan_checks import check_replayable
     from .report import build_report, summary_lines
 

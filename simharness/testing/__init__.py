@@ -2,8 +2,8 @@
 through the ``pytest11`` entry point ``simharness``).
 
 ``@pytest.mark.world_size(W, **config)`` runs the test body on W ranks: the test process
-starts them through :func:`simharness.runtests.runner.run_pytest` (torch's elastic agent, the
-GPU shim, gloo), each rank runs just this test, and the test passes only if it passed on
+starts them through :func:`simharness.pytest_ranks.controller.run_pytest` (torch's elastic
+agent, the GPU shim, gloo), each rank runs just this test, and the test passes only if it passed on
 every rank; it fails with the first failing rank's traceback, is skipped when a rank needs a
 real GPU, and fails as hung (with stacks) past ``timeout=`` seconds (default 120). It works
 under pytest-xdist (each test starts its own ranks on free ports). In the ranks a default
@@ -86,7 +86,7 @@ def _rank_args(item: pytest.Function) -> tuple[str, ...]:
 
 
 def _run_on_ranks(item: pytest.Function, mark: pytest.Mark) -> None:
-    from ..runtests.runner import RunError, RunSpec, run_pytest
+    from ..pytest_ranks.controller import RunError, RunSpec, run_pytest
 
     world = _world_of(mark)
     timeout = float(mark.kwargs.get("timeout", 120.0))
