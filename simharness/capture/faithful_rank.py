@@ -49,6 +49,7 @@ import time
 import traceback
 from typing import Any
 
+from ..launch.toolbox import thread_stack
 from .merge import rank_record, record_name, write_record
 from .record import FAILED, OK, STOPPED, TIMEOUT, GetterSpec
 
@@ -158,9 +159,8 @@ class RankRun:
     def main_stack(self) -> list[str]:
         from .runtime import where_text
 
-        frame = sys._current_frames().get(self.main_ident)
-        return where_text([(f.filename, f.lineno, f.name)
-                           for f in reversed(traceback.extract_stack(frame))]) if frame else []
+        stack = thread_stack(self.main_ident)
+        return where_text([(f.filename, f.lineno, f.name) for f in reversed(stack)])
 
     # -------------------------------------------------------------- watchdog
     def watch(self, timeout: float | None, grace: float) -> None:

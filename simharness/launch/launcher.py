@@ -32,7 +32,6 @@ import logging
 import os
 import shutil
 import signal
-import socket
 import sys
 import tempfile
 import uuid
@@ -43,6 +42,7 @@ from ..errors import SimharnessError, whole_number_problem
 from .bootstrap import NEEDS_GPU_EXIT
 from .output import PREFIX_ENV
 from .stagger import SLOTS_ENV
+from .toolbox import free_port
 
 
 class LaunchError(SimharnessError, ValueError):
@@ -138,13 +138,6 @@ class LaunchResult:
         if killed:
             return 128 - killed[0]
         return 0 if all(c == 0 for c in codes) else 1
-
-
-def free_port() -> int:
-    """A TCP port on 127.0.0.1 that was free a moment ago."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 # What torch's agent changes in the calling process and never puts back: it sets

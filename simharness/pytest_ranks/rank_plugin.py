@@ -45,6 +45,7 @@ from typing import Any
 import pytest
 
 from ..errors import needs_gpu_message
+from ..launch.toolbox import thread_stack
 from ..resources import proc_kib
 from .verdicts import NEEDS_GPU_PREFIX
 
@@ -125,9 +126,8 @@ class Watchdog(threading.Thread):
                     info = dict(self.info)
             if not fire:
                 continue
-            frame = sys._current_frames().get(self.main_ident or 0)
             # the innermost frames: the test and what it waits in (pytest's own frames cut)
-            stack = _user_stack(frame) if frame is not None else ""
+            stack = _user_stack(thread_stack(self.main_ident))
             self.session.write(kind="hang", stack=stack,
                                elapsed=round(time.monotonic() - info.pop("armed", 0.0), 3),
                                **info)
@@ -363,11 +363,12 @@ class RankSession:
             session.exitstatus = 0
 
 
-def _user_stack(frame: Any) -> str:
+def _user_stack(stack: traceback.StackSummary) -> str:
     """The innermost :data:`STACK_FRAMES` frames, pytest's and pluggy's own left out."""
     skip = ("/_pytest/", "/pluggy/", "/pytest/__main__.py", os.sep + "runpy.py", "<frozen runpy>",
+            os.path.join("simharness", "launch", "bootstrap.py"),
             os.path.join("simharness", "launch", "rank.py"))
-    frames = [f for f in traceback.extract_stack(frame) if not any(s in f.filename for s in skip)]
+    frames = [f for f in stack if not any(s in f.filename for s in skip)]
     return "".join(traceback.format_list(frames[-STACK_FRAMES:]))
 
 
