@@ -1,4 +1,5 @@
-"""Start a local replay and collect its report (this module never imports torch).
+"""The replay controller: start the forked replay ranks and collect their report (this module
+never imports torch).
 
 :func:`replay` checks the request (invalid plans and worlds the machine cannot
 host are refused before any process starts), runs the helper
@@ -6,7 +7,7 @@ host are refused before any process starts), runs the helper
 helper imports torch once and forks the ranks (see :mod:`.local`). Ctrl-C
 stops the helper, which stops every rank; whatever happens, the helper's
 whole process group is killed before :func:`replay` returns, so no rank is
-left behind.
+left behind (what every rank starter guarantees: :mod:`simharness.launch.toolbox`).
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """One replay rank: create the groups, verify them, probe overlap, gather the results.
 
-:func:`run_rank` is shared by the local launcher (``simharness replay``, which
+:func:`run_rank` is shared by the replay controller (``simharness replay``, which
 forks the ranks) and the torchrun entry point::
 
     torchrun --nnodes 2 --nproc-per-node 8 ... -m simharness.replay.worker --plan plan.json

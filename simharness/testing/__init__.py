@@ -23,7 +23,9 @@ Example (the test the ``create_all_gather_group`` change needed; tests/test_test
         ps.initialize_model_parallel(context_parallel_size=2, create_all_gather_group=True)
         layout.verify()   # AG group exists, DP-with-CP ranks, distinct communicator
 
-Importing this module imports neither torch nor the runner.
+This is the user's side of pytest on ranks; the controller that starts the ranks and the
+plugin each rank loads are :mod:`simharness.pytest_ranks`. Importing this module imports
+neither torch nor the controller.
 """
 
 from __future__ import annotations
