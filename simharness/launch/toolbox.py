@@ -43,9 +43,8 @@ Importing this module does not import torch.
 
 >>> 1024 <= free_port() < 65536
 True
->>> frames = [f.name for f in thread_stack()]
->>> frames[-1]
-'<module>'
+>>> [f.name for f in thread_stack(threading.get_ident())][-2:]  # this thread: here, then it
+['<module>', 'thread_stack']
 >>> faulthandler_frames('Thread 0x2 (most recent call first):\\n  File "t.py", line 1 in f\\n'
 ...     'Current thread 0x1 (most recent call first):\\n  File "m.py", line 7 in wait\\n')
 [('m.py', 7, 'wait')]
