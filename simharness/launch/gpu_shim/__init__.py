@@ -24,8 +24,9 @@ One module per torch surface:
 - :mod:`.accelerator`: ``torch.accelerator``'s device calls;
 - :mod:`.dist`: process-group backends and options (NCCL -> gloo);
 - :mod:`.nccl`: NCCL's own settings, listed as ignored;
-- :mod:`.install`: :func:`install`, :class:`Shim`, :func:`active`; :mod:`.common`: what they
-  share (:func:`user_site`, :func:`map_backend`, the patch-and-undo helpers).
+- :mod:`.lifecycle`: :func:`install`, :class:`Shim` (its undo), :func:`active`;
+- :mod:`.common`: what they share (:func:`user_site`, :func:`map_backend`, the
+  patch-and-undo helpers).
 
 Refused with :class:`~simharness.errors.NeedsGPU`: ``torch.cuda.Stream``, ``Event``,
 ``current_stream``, ``default_stream``, ``stream``, ``CUDAGraph``, ``graph``,
@@ -94,7 +95,7 @@ from .dist import (  # noqa: F401
     _nccl_stand_in,
     _patch_dist,
 )
-from .install import (  # noqa: F401
+from .lifecycle import (  # noqa: F401
     _LOCK,
     Shim,
     active,

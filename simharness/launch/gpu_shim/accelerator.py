@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any
 from ...errors import NeedsGPU
 
 if TYPE_CHECKING:
-    from .install import Shim
+    from .lifecycle import Shim
 
 from .common import (
     ACCELERATOR_DEVICE_CALLS,

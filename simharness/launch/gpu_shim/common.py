@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 from ...errors import SimharnessError
 
 if TYPE_CHECKING:
-    from .install import Shim
+    from .lifecycle import Shim
 
 
 #: Backends that need a GPU and become gloo.

@@ -9,7 +9,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from .install import Shim
+    from .lifecycle import Shim
 
 from .common import (
     Ignored,

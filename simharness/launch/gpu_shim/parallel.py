@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any
 from ...errors import NeedsGPU
 
 if TYPE_CHECKING:
-    from .install import Shim
+    from .lifecycle import Shim
 
 from .common import (
     Ignored,

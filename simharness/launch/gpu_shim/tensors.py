@@ -9,7 +9,7 @@ from ...errors import NeedsGPU
 from .. import cuda_origin
 
 if TYPE_CHECKING:
-    from .install import Shim
+    from .lifecycle import Shim
 
 from .common import (
     _HERE,
