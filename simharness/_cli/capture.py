@@ -313,12 +313,8 @@ def _fast_capture(command, target, world, ranks, *, timeout, getters, jobs, isol
     """``--fast``: the ranks in forked workers, and (``crosscheck``) rank 0, a middle one and
     the last alone in fresh interpreters, started first so that their imports overlap the
     capture's own (which run on one core)."""
-    from ..capture.inprocess import (
-        crosscheck_ranks,
-        program_from_command,
-        run_program,
-        start_crosscheck,
-    )
+    from ..capture.crosscheck import crosscheck_ranks, start_crosscheck
+    from ..capture.inprocess import program_from_command, run_program
 
     alone = [r for r in crosscheck_ranks(world) if r in ranks] if crosscheck else []
     checking = (start_crosscheck(world, target.argv, ranks=alone, gpus_per_node=gpus_per_node)

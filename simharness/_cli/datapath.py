@@ -93,7 +93,7 @@ def replay_data_cmd(ctx, plan_path, capture_path, kind, steps, dense_buckets, ex
         summary_lines,
         swap_ranks,
     )
-    from ..replay.launcher import write_report
+    from ..replay.controller import write_report
 
     layout, _ = layout_for_replay(plan_path, "plan", kwargs)
     out.check_writable(report_path, "--report")  # before any rank starts

@@ -1,6 +1,6 @@
 """``simharness run``: distributed tests or scripts written for GPUs, unedited, on CPU ranks.
 
-Nothing here imports torch at start-up; :mod:`simharness.runtests` and
+Nothing here imports torch at start-up; :mod:`simharness.pytest_ranks` and
 :mod:`simharness.launch` do when the command runs.
 """
 
@@ -119,7 +119,7 @@ def _echo_verdict(v) -> None:
 
 
 def _span(ranks) -> str:
-    from ..runtests.verdicts import _span as span
+    from ..pytest_ranks.verdicts import _span as span
 
     return span(ranks)
 
@@ -198,7 +198,7 @@ def run_cmd(world, nproc, nnodes, rdzv_endpoint, run_id, timeout, grace, collect
         fail(f"script {words[0]!r} does not exist (cwd {os.getcwd()}).")
     if nnodes > 1 and not rdzv_endpoint:
         fail(f"--nnodes {nnodes} needs --rdzv-endpoint HOST:PORT (the same on every node).")
-    from ..runtests.runner import cores, memory_plan
+    from ..pytest_ranks.controller import cores, memory_plan
 
     plan = memory_plan(nproc, mem_per_rank)
     n_cores = cores()
@@ -243,8 +243,8 @@ def _run_script(target, nproc, nnodes, rdzv_endpoint, run_id, log_dir, shim) -> 
 def _run_pytest(args, nproc, nnodes, rdzv_endpoint, run_id, timeout, limits, junit, log_dir,
                 results_dir, shim) -> int:
     """``limits``: (--diverge-grace, --collect-timeout) seconds."""
-    from ..runtests.runner import RunError, RunSpec, run_pytest
-    from ..runtests.verdicts import counts, exit_code, junit_xml
+    from ..pytest_ranks.controller import RunError, RunSpec, run_pytest
+    from ..pytest_ranks.verdicts import counts, exit_code, junit_xml
 
     spec = RunSpec(tuple(args), nproc, nnodes, rdzv_endpoint, run_id, float(timeout), shim,
                    results_dir, log_dir, grace_s=float(limits[0]),

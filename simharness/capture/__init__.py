@@ -3,7 +3,11 @@
 * :mod:`.record` - what a capture records (:class:`Capture`, :class:`GroupCall`; pure);
 * :mod:`.checks` - :func:`check_capture`, the findings (pure: numpy and the core);
 * :mod:`.inprocess` - every rank in forked workers of one interpreter under torch's
-  ``fake`` backend (:func:`capture`, :func:`run_program`);
+  ``fake`` backend (:func:`capture`, :func:`run_program`; ``--fast``), through the workers
+  of :mod:`.fork_pool`, with a few ranks run again alone by :mod:`.crosscheck`;
+* :mod:`.faithful` - every rank its own interpreter, started through
+  :mod:`simharness.launch` (the default), each running the capture worker
+  :mod:`.faithful_rank`;
 * :mod:`.runtime` - what runs inside a rank: the recording ``new_group``.
 
 Importing this package does not import torch; the runners do when they run. The package

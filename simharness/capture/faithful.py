@@ -1,12 +1,12 @@
 """Faithful capture (the default): every rank its own interpreter, started as torchrun starts it.
 
-:func:`run_faithful` starts ``world_size`` ranks of ``python -m simharness.capture.rank --
-TARGET`` through torch's elastic agent (:func:`simharness.launch.launcher.launch`, c10d
+:func:`run_faithful` starts ``world_size`` ranks of ``python -m simharness.capture.faithful_rank
+-- TARGET`` through torch's elastic agent (:func:`simharness.launch.launcher.launch`, c10d
 rendezvous on 127.0.0.1): torchrun's variables are set before each interpreter starts, each
 has its own string-hash seed (``PYTHONHASHSEED`` is removed from the ranks' environment),
 the default group is real gloo over the loopback store (collectives return real data) and
-the GPU calls go through the CPU shim (see :mod:`.rank`). Each rank writes its record into a
-temporary directory; they are merged into one :class:`~simharness.capture.record.Capture`.
+the GPU calls go through the CPU shim (see :mod:`.faithful_rank`). Each rank writes its record
+into a temporary directory; they are merged into one :class:`~simharness.capture.record.Capture`.
 
 Output: the ranks' stdout and stderr lines go to this process's stderr prefixed ``[rankN]:``
 by the rank itself (:mod:`simharness.launch.output`; never to stdout), or to files under
@@ -33,6 +33,7 @@ import time
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
+from ..launch.toolbox import refuse_world, versions
 from .command import Target
 from .merge import merge_records
 from .record import FAILED, NOT_RUN, Capture, CaptureError, GetterSpec, RankRecord
@@ -64,15 +65,10 @@ def memory_check(world_size: int, per_rank_mb: int = RANK_MEMORY_MB,
     ...     print(str(exc)[:92])
     a faithful capture of 64 ranks needs about 16640 MB (64 processes x 260 MB each) but 2000 MB
     """
-    avail = available_memory_mb() if available_mb is None else available_mb
-    need = world_size * per_rank_mb
-    if need > avail:
-        fits = avail // per_rank_mb
-        raise CaptureError(f"a faithful capture of {world_size} ranks needs about {need} MB "
-                           f"({world_size} processes x {per_rank_mb} MB each) but {avail} MB "
-                           f"are available now; the largest world that fits is {fits} ranks: "
-                           f"use --fast (forked workers share one "
-                           f"interpreter's memory), or free memory.")
+    refuse_world(world_size, per_rank_mb, what="a faithful capture", error=CaptureError,
+                 instead="use --fast (forked workers share one interpreter's memory), or free "
+                         "memory.",
+                 available_mb=available_memory_mb() if available_mb is None else available_mb)
 
 
 @contextlib.contextmanager
@@ -112,15 +108,15 @@ def rank_command(target: Target, out_dir: str, *, timeout: float | None, grace: 
 
     >>> from simharness.capture.command import Target
     >>> rank_command(Target("init.py", None, ("--tp", "2")), "/d", timeout=60, grace=5)
-    ('-m', 'simharness.capture.rank', '--out-dir', '/d', '--grace', '5', '--timeout', '60', \
-'--', 'init.py', '--tp', '2')
+    ('-m', 'simharness.capture.faithful_rank', '--out-dir', '/d', '--grace', '5', '--timeout', \
+'60', '--', 'init.py', '--tp', '2')
     """
     opts: list[str] = ["--out-dir", out_dir, "--grace", f"{grace:g}"]
     if timeout is not None:
         opts += ["--timeout", f"{timeout:g}"]
     for g in getters:
         opts += ["--getter", g.text]
-    return ("-m", "simharness.capture.rank", *opts, "--", *target.argv)
+    return ("-m", "simharness.capture.faithful_rank", *opts, "--", *target.argv)
 
 
 #: How many ranks may import at once (:mod:`simharness.launch.stagger`):
@@ -195,7 +191,7 @@ def run_faithful(target: Target, world_size: int, *, timeout: float | None = 120
     meta = dict(cap.meta)
     meta.update({"command": target.label, "mode": "faithful", "world_size": world_size,
                  "workers": world_size, "elapsed_s": round(elapsed, 3), "timeout_s": timeout,
-                 "grace_s": grace, "versions": _versions()})
+                 "grace_s": grace, "versions": versions()})
     if result.signal is not None:
         meta["signal"] = signal.Signals(result.signal).name
         if fired:
@@ -221,15 +217,3 @@ def _merge(record_dir: str, world_size: int, result: Any) -> Capture:
                 "kind": "died", "message": f"the process of rank {r} ended ({how}) without "
                 f"writing its record (out of memory, or killed?)", "where": []})
     return Capture(cap.world_size, cap.ranks, cap.sequences, records, cap.meta)
-
-
-def _versions() -> dict[str, Any]:
-    from importlib import metadata
-
-    out: dict[str, Any] = {}
-    for dist in ("torch", "megatron-core"):
-        try:
-            out[dist] = metadata.version(dist)
-        except metadata.PackageNotFoundError:
-            out[dist] = None
-    return out

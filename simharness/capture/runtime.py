@@ -56,9 +56,11 @@ _STDLIB_DIR = os.path.abspath(sysconfig.get_paths()["stdlib"])
 _HERE = os.path.dirname(os.path.abspath(__file__))
 _LAUNCH_DIR = os.path.join(os.path.dirname(_HERE), "launch")
 # Frames of the capture's (and the rank bootstrap's) own code: the user's stack ends there.
+# rank.py (both): the published ``python -m`` names, which run the worker and the bootstrap.
 _OWN_FILES = frozenset([*(os.path.join(_HERE, f) for f in ("runtime.py", "inprocess.py",
+                                                             "fork_pool.py", "faithful_rank.py",
                                                              "rank.py")),
-                        os.path.join(_LAUNCH_DIR, "rank.py")])
+                        *(os.path.join(_LAUNCH_DIR, f) for f in ("bootstrap.py", "rank.py"))])
 
 
 # ------------------------------------------------------------------ frames

@@ -1,8 +1,8 @@
 """Start W ranks the way ``torchrun`` does, through torch's own elastic agent, on loopback.
 
 :func:`launch` builds a ``torch.distributed.launcher.api.LaunchConfig`` (c10d rendezvous,
-no restarts) and calls ``launch_agent`` with ``python -m simharness.launch.rank [--shim] --
-TARGET``: each rank is a fresh interpreter (own string-hash seed) with the variables of
+no restarts) and calls ``launch_agent`` with ``python -m simharness.launch.bootstrap [--shim]
+-- TARGET``: each rank is a fresh interpreter (own string-hash seed) with the variables of
 :mod:`simharness.launch.env`. One node: the rendezvous store listens on ``127.0.0.1`` on a
 port the kernel picks. Several nodes (``nnodes > 1``): every agent is given the same
 ``rdzv_endpoint`` (``host:port``) and ``run_id``, as ``torchrun --nnodes N
@@ -14,7 +14,7 @@ Output: each rank's stdout/stderr lines go to this process's stderr prefixed ``[
 (``<log_dir>/<run_id>_*/attempt_0/<local rank>/stdout.log``). Without ``log_dir`` the
 files live in a temporary directory removed before :func:`launch` returns. ``start_slots``
 N > 0: at most N ranks run their bootstrap's imports at once (:mod:`.stagger`; the
-bootstrap must take part, as ``simharness.capture.rank`` does).
+bootstrap must take part, as ``simharness.capture.faithful_rank`` does).
 
 SIGINT/SIGTERM/SIGHUP: torch's agent turns them into ``SignalException``, kills every
 rank's process group (SIGTERM, then SIGKILL after a grace period); :func:`launch` returns a
@@ -22,7 +22,7 @@ rank's process group (SIGTERM, then SIGKILL after a grace period); :func:`launch
 
 >>> spec = LaunchSpec(("train.py", "--lr", "1"), nproc_per_node=2)
 >>> spec.rank_command()[1:]
-('-m', 'simharness.launch.rank', '--shim', '--', 'train.py', '--lr', '1')
+('-m', 'simharness.launch.bootstrap', '--shim', '--', 'train.py', '--lr', '1')
 """
 
 from __future__ import annotations
@@ -32,7 +32,6 @@ import logging
 import os
 import shutil
 import signal
-import socket
 import sys
 import tempfile
 import uuid
@@ -40,9 +39,10 @@ from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 
 from ..errors import SimharnessError, whole_number_problem
+from .bootstrap import NEEDS_GPU_EXIT
 from .output import PREFIX_ENV
-from .rank import NEEDS_GPU_EXIT
 from .stagger import SLOTS_ENV
+from .toolbox import free_port
 
 
 class LaunchError(SimharnessError, ValueError):
@@ -92,7 +92,7 @@ class LaunchSpec:
     def rank_command(self) -> tuple[str, ...]:
         """The command line each rank runs."""
         shim = ("--shim",) if self.shim else ()
-        return (self.python, "-m", "simharness.launch.rank", *shim, "--", *self.target)
+        return (self.python, "-m", "simharness.launch.bootstrap", *shim, "--", *self.target)
 
 
 @dataclass(frozen=True)
@@ -138,13 +138,6 @@ class LaunchResult:
         if killed:
             return 128 - killed[0]
         return 0 if all(c == 0 for c in codes) else 1
-
-
-def free_port() -> int:
-    """A TCP port on 127.0.0.1 that was free a moment ago."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 # What torch's agent changes in the calling process and never puts back: it sets

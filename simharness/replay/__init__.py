@@ -17,8 +17,8 @@ it runs: importing this package is cheap (the CLI imports it at start-up).
   (``python -m simharness.replay.worker`` reads the torchrun environment).
 """
 
+from .controller import preflight, replay, torchrun_command, write_report
 from .datapath import DataPathOptions, replay_data
-from .launcher import preflight, replay, torchrun_command, write_report
 from .live import verify_live
 from .options import (
     EXIT_FAILED,

@@ -1,6 +1,6 @@
 """One rank of the data-path replay (torch): Megatron's distributed-optimizer collectives.
 
-Run by the local launcher (``entry`` of :func:`simharness.replay.launcher.run_local`)
+Run by the forked replay ranks (``entry`` of :func:`simharness.replay.controller.run_local`)
 for :func:`simharness.replay.datapath.replay_data`. Per variant (see
 :func:`~simharness.replay.datapath.variants`) and step:
 

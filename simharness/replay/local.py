@@ -1,6 +1,6 @@
-"""The local launcher's helper process: ``python -m simharness.replay.local SPEC.json``.
+"""The forked replay ranks' helper process: ``python -m simharness.replay.local SPEC.json``.
 
-Started by :func:`simharness.replay.launcher.replay` in a session of its own,
+Started by :func:`simharness.replay.controller.replay` in a session of its own,
 it imports torch (and megatron-core in Megatron mode) once, forks one process
 per rank (fast: no re-import; safe: nothing has run OpenMP yet), hosts the
 rendezvous ``TCPStore`` on ``127.0.0.1`` with a port the kernel picks (so
@@ -10,10 +10,10 @@ parallel replays never collide), and watches the ranks:
   a second to report, then are killed;
 * no progress for ``timeout + 30`` seconds (every rank stuck outside a
   collective) stops it too;
-* SIGTERM (the launcher's Ctrl-C) kills every rank.
+* SIGTERM (the controller's Ctrl-C) kills every rank.
 
 Every rank dies with the helper (``PR_SET_PDEATHSIG``), and the helper with
-the launcher. Results: ``results.json`` (rank 0's gathered results),
+the controller. Results: ``results.json`` (rank 0's gathered results),
 ``rank{N}.error.json`` per failed rank, ``outcome.json`` (exits, diagnosis).
 """
 

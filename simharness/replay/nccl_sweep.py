@@ -18,7 +18,6 @@ from __future__ import annotations
 import functools
 import json
 import os
-import socket
 import tempfile
 import time
 from collections.abc import Callable
@@ -26,6 +25,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from ..launch.toolbox import free_port
 from ..topology.nccl_tuning import bus_factor
 
 DEFAULT_SIZES = tuple(1 << k for k in range(10, 34, 2))   # 1 KB .. 8 GB
@@ -42,12 +42,6 @@ class SweepOptions:
     iters: int = 20
     overlap_bytes: int = 64 << 20
     timeout_s: float = 600.0
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def _timed(fn, sync, warmup: int, iters: int) -> float:
@@ -146,7 +140,7 @@ def run_sweep(opts: SweepOptions) -> dict:
             raise RuntimeError(f"the NCCL sweep needs {opts.world} GPUs, found {have}")
     with tempfile.TemporaryDirectory() as tmp:
         out = os.path.join(tmp, "sweep.json")
-        ctx = mp.start_processes(_worker, args=(opts, _free_port(), out), nprocs=opts.world,
+        ctx = mp.start_processes(_worker, args=(opts, free_port(), out), nprocs=opts.world,
                                  join=False, start_method="spawn")
         deadline = time.monotonic() + opts.timeout_s
         while not ctx.join(timeout=1.0):

@@ -1,6 +1,6 @@
 """One replay rank: create the groups, verify them, probe overlap, gather the results.
 
-:func:`run_rank` is shared by the local launcher (``simharness replay``, which
+:func:`run_rank` is shared by the replay controller (``simharness replay``, which
 forks the ranks) and the torchrun entry point::
 
     torchrun --nnodes 2 --nproc-per-node 8 ... -m simharness.replay.worker --plan plan.json
@@ -518,7 +518,7 @@ def torchrun_main(layout: Layout, opts: ReplayOptions, *, report_path: str | Non
                   quiet: bool = False, echo: Callable[[str], None] = print) -> int:
     """Replay under torchrun; rank 0 prints the summary and writes the report. Exit code."""
     from ..errors import SimharnessError
-    from .launcher import write_report
+    from .controller import write_report
     from .plan_checks import check_replayable
     from .report import build_report, summary_lines
 

@@ -1,7 +1,6 @@
-"""``simharness run``: a framework's own distributed tests, unedited, on CPU ranks.
+"""Moved to :mod:`simharness.pytest_ranks`; this path re-exports it for one release.
 
-- :mod:`.verdicts` (pure): one verdict per test across ranks, pytest's exit status, JUnit XML;
-- :mod:`.plugin`: the per-rank pytest plugin (sync per test, records, watchdog, group
-  teardown, ``NeedsGPU`` -> skipped);
-- :mod:`.runner`: rounds of ranks through :mod:`simharness.launch`, the memory estimate.
+``runtests.runner`` is :mod:`simharness.pytest_ranks.controller`, ``runtests.plugin``
+:mod:`simharness.pytest_ranks.rank_plugin`, ``runtests.verdicts``
+:mod:`simharness.pytest_ranks.verdicts`.
 """

@@ -2,8 +2,8 @@
 through the ``pytest11`` entry point ``simharness``).
 
 ``@pytest.mark.world_size(W, **config)`` runs the test body on W ranks: the test process
-starts them through :func:`simharness.runtests.runner.run_pytest` (torch's elastic agent, the
-GPU shim, gloo), each rank runs just this test, and the test passes only if it passed on
+starts them through :func:`simharness.pytest_ranks.controller.run_pytest` (torch's elastic
+agent, the GPU shim, gloo), each rank runs just this test, and the test passes only if it passed on
 every rank; it fails with the first failing rank's traceback, is skipped when a rank needs a
 real GPU, and fails as hung (with stacks) past ``timeout=`` seconds (default 120). It works
 under pytest-xdist (each test starts its own ranks on free ports). In the ranks a default
@@ -23,7 +23,9 @@ Example (the test the ``create_all_gather_group`` change needed; tests/test_test
         ps.initialize_model_parallel(context_parallel_size=2, create_all_gather_group=True)
         layout.verify()   # AG group exists, DP-with-CP ranks, distinct communicator
 
-Importing this module imports neither torch nor the runner.
+This is the user's side of pytest on ranks; the controller that starts the ranks and the
+plugin each rank loads are :mod:`simharness.pytest_ranks`. Importing this module imports
+neither torch nor the controller.
 """
 
 from __future__ import annotations
@@ -86,7 +88,7 @@ def _rank_args(item: pytest.Function) -> tuple[str, ...]:
 
 
 def _run_on_ranks(item: pytest.Function, mark: pytest.Mark) -> None:
-    from ..runtests.runner import RunError, RunSpec, run_pytest
+    from ..pytest_ranks.controller import RunError, RunSpec, run_pytest
 
     world = _world_of(mark)
     timeout = float(mark.kwargs.get("timeout", 120.0))

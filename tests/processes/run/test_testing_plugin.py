@@ -47,7 +47,7 @@ def test_create_all_gather_group(rank, world, parallel_config, layout):
 def test_world_size_verdict_becomes_the_test_outcome(monkeypatch, fake_item, outcome, detail,
                                                      expect):
     """The verdict of the ranks is the test's outcome (the runner replaced by its report)."""
-    import simharness.runtests.runner as runner
+    import simharness.pytest_ranks.controller as runner
     from simharness.runtests.verdicts import Verdict
     from simharness.testing import _run_on_ranks
 

@@ -160,7 +160,7 @@ def test_place_on_a_superpod_refuses_the_file_s_stated_size():
 
 
 def test_replay_with_a_huge_probe_is_refused_before_any_rank_starts(memory, monkeypatch):
-    import simharness.replay.launcher as launcher
+    import simharness.replay.controller as launcher
 
     def no_launch(*a, **k):
         raise AssertionError("a rank was started")
@@ -172,7 +172,7 @@ def test_replay_with_a_huge_probe_is_refused_before_any_rank_starts(memory, monk
 
 
 def test_replay_data_at_the_issue_s_sizes_is_refused(memory, monkeypatch):
-    import simharness.replay.launcher as launcher
+    import simharness.replay.controller as launcher
 
     monkeypatch.setattr(launcher, "run_local", lambda *a, **k: pytest.fail("ranks started"))
     memory("24G")

@@ -1,0 +1,242 @@
+"""One verdict per test across ranks, from the per-rank records (pure: no torch).
+
+Each rank of ``simharness run -- pytest`` appends JSON records to ``rank<R>.jsonl``
+(:mod:`simharness.pytest_ranks.rank_plugin`): ``test`` (one per test it finished), ``hang``
+(the test its watchdog stopped, with its stack), ``interrupted`` (the test Ctrl-C or ``pytest.exit``
+stopped part-way), ``collected``, ``collect_error``, ``end``.
+:func:`verdict` combines one test's records:
+
+- **skipped: needs GPU** when any rank stopped on ``NeedsGPU`` (the other ranks then fail
+  or wait for it, which is not the test's fault);
+- **diverged** when the ranks did not all run it: some skipped it and the others were still
+  inside it a grace period later (their watchdogs stopped them, ``state: diverged``), or
+  (:func:`not_started`) a rank's session had ended before it;
+- **hung** when any rank's watchdog fired in it (stuck ranks named, with their stacks);
+- **failed** when any rank failed or errored (the first failing rank and its traceback);
+- **skipped** when every rank skipped, or some skipped and the rest passed (ranks named);
+- **passed** only when it passed on every rank.
+
+>>> recs = {0: {"outcome": "passed", "duration": 0.5}, 1: {"outcome": "failed",
+...         "longrepr": "assert 1 == 2", "duration": 0.7}}
+>>> v = verdict("t.py::test_a", recs, world=2)
+>>> v.outcome, v.first_rank, v.ranks, v.duration
+('failed', 1, (1,), 0.7)
+>>> verdict("t.py::test_b", {0: {"outcome": "passed"}, 1: {"outcome": "passed"}}, 2).outcome
+'passed'
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import xml.etree.ElementTree as ET
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+
+OUTCOMES = ("passed", "failed", "skipped", "hung", "diverged")
+NEEDS_GPU_PREFIX = "needs GPU: "
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """A test's verdict across ranks.
+
+    ``ranks``: the ranks that decided it (failing, stuck or skipping ranks; all for passed);
+    ``first_rank``: the first of them; ``detail``: the traceback, skip reason or stacks;
+    ``duration``: the slowest rank's seconds.
+    """
+
+    nodeid: str
+    outcome: str
+    ranks: tuple[int, ...]
+    first_rank: int | None
+    detail: str
+    duration: float
+    needs_gpu: bool = False
+
+    @property
+    def label(self) -> str:
+        return "SKIPPED" if self.outcome == "skipped" else self.outcome.upper()
+
+
+def verdict(nodeid: str, records: Mapping[int, Mapping], world: int,
+            hangs: Mapping[int, Mapping] | None = None,
+            lost: Mapping[int, str] | None = None) -> Verdict:
+    """Combine one test's per-rank ``records`` (rank -> test record) and ``hangs``
+    (rank -> hang record); ``lost`` (rank -> why) names ranks that ended without a record."""
+    hangs = hangs or {}
+    lost = lost or {}
+    duration = max([float(r.get("duration") or 0.0) for r in records.values()]
+                   + [float(h.get("elapsed") or 0.0) for h in hangs.values()] + [0.0])
+    gpu = sorted(r for r, rec in records.items() if rec.get("needs_gpu"))
+    if gpu:
+        return Verdict(nodeid, "skipped", tuple(gpu), gpu[0],
+                       str(records[gpu[0]].get("reason") or "needs GPU"), duration, True)
+    diverged = sorted(r for r, h in hangs.items() if h.get("state") == "diverged")
+    if diverged:
+        return _skip_diverged(nodeid, records, hangs, diverged, world, duration)
+    stuck = sorted(r for r, h in hangs.items() if h.get("state") == "running")
+    if hangs:
+        stuck = stuck or sorted(hangs)
+        waiting = sorted(set(range(world)) - set(stuck))
+        parts = [f"stuck on ranks {_span(stuck)}"
+                 + (f"; ranks {_span(waiting)} had finished it" if waiting else "")]
+        for r in stuck:
+            parts.append(f"--- rank {r} stack ---\n{hangs[r].get('stack', '').rstrip()}")
+        return Verdict(nodeid, "hung", tuple(stuck), stuck[0], "\n".join(parts), duration)
+    failing = sorted(r for r, rec in records.items() if rec.get("outcome") in ("failed", "error"))
+    if failing or lost:
+        if failing:
+            r0 = failing[0]
+            detail = str(records[r0].get("longrepr") or "")
+            if records[r0].get("outcome") == "error":
+                detail = "error in setup or teardown\n" + detail
+        else:
+            r0 = min(lost)
+            detail = ""
+        extra = [f"rank {r}: {why}" for r, why in sorted(lost.items())]
+        return Verdict(nodeid, "failed", tuple(sorted(set(failing) | set(lost))), r0,
+                       "\n".join([*extra, detail]).strip(), duration)
+    skipped = sorted(r for r, rec in records.items() if rec.get("outcome") == "skipped")
+    if skipped:
+        reason = str(records[skipped[0]].get("reason") or "")
+        if len(skipped) < world:
+            reason = f"skipped on ranks {_span(skipped)} only: {reason}"
+        return Verdict(nodeid, "skipped", tuple(skipped), skipped[0], reason, duration)
+    return Verdict(nodeid, "passed", tuple(sorted(records)), None, "", duration)
+
+
+def _skip_diverged(nodeid: str, records: Mapping[int, Mapping], hangs: Mapping[int, Mapping],
+                   diverged: list[int], world: int, duration: float) -> Verdict:
+    skipped = sorted(r for r, rec in records.items() if rec.get("outcome") == "skipped")
+    reason = str(records[skipped[0]].get("reason") or "") if skipped else ""
+    others = sorted(set(range(world)) - set(skipped) - set(diverged))
+    parts = [f"skipped on ranks {_span(skipped) or '?'}" + (f" ({reason})" if reason else "")
+             + f" but run on ranks {_span(diverged)}, still inside it "
+             f"{max(float(hangs[r].get('elapsed') or 0.0) for r in diverged):.1f}s after it "
+             f"started (waiting for the ranks that skipped, e.g. in a collective): a skip "
+             f"that depends on the rank"
+             + (f"; ranks {_span(others)} were stopped with them" if others else "")]
+    for r in diverged:
+        parts.append(f"--- rank {r} stack ---\n{hangs[r].get('stack', '').rstrip()}")
+    return Verdict(nodeid, "diverged", tuple(diverged), diverged[0], "\n".join(parts), duration)
+
+
+def not_started(nodeid: str, waiting: Mapping[int, Mapping], world: int) -> Verdict:
+    """The verdict of a test that ranks ``waiting`` (rank -> ``diverged`` record, with
+    ``ended``: rank -> the last test it finished) were to start when the other ranks'
+    pytest sessions had already ended (``-x``, ``--maxfail``, ``pytest.exit``).
+
+    >>> v = not_started("t.py::test_b", {0: {"ended": {"1": "t.py::test_a"}}}, world=2)
+    >>> v.outcome, v.ranks
+    ('diverged', (1,))
+    >>> v.detail.split(" (")[0]
+    'not started on ranks 1: their pytest session ended after t.py::test_a'
+    """
+    ended: dict[int, str] = {}
+    for rec in waiting.values():
+        ended.update({int(r): str(last) for r, last in (rec.get("ended") or {}).items()})
+    gone = sorted(set(ended) - set(waiting)) or sorted(set(range(world)) - set(waiting))
+    lasts = sorted({ended.get(r) or "(no test)" for r in gone})
+    detail = (f"not started on ranks {_span(gone)}: their pytest session ended after "
+              f"{', '.join(lasts)} (-x, --maxfail or pytest.exit stop one rank, not the "
+              f"others); ranks {_span(waiting)} waited to start it")
+    return Verdict(nodeid, "diverged", tuple(gone), gone[0] if gone else None, detail, 0.0)
+
+
+def _span(ranks: Iterable[int]) -> str:
+    """``0-3,6`` for 0,1,2,3,6.
+
+    >>> _span([0, 1, 2, 3, 6, 8, 9])
+    '0-3,6,8-9'
+    """
+    out: list[str] = []
+    run: list[int] = []
+    for r in sorted(ranks):
+        if run and r == run[-1] + 1:
+            run.append(r)
+            continue
+        if run:
+            out.append(str(run[0]) if len(run) == 1 else f"{run[0]}-{run[-1]}")
+        run = [r]
+    if run:
+        out.append(str(run[0]) if len(run) == 1 else f"{run[0]}-{run[-1]}")
+    return ",".join(out)
+
+
+def exit_code(verdicts: Iterable[Verdict], *, interrupted: bool = False) -> int:
+    """pytest's exit status for these verdicts: 0 ok, 1 failures or hangs, 2 interrupted,
+    5 no tests.
+
+    >>> exit_code([]), exit_code([Verdict("t", "hung", (1,), 1, "", 1.0)])
+    (5, 1)
+    """
+    vs = list(verdicts)
+    if interrupted:
+        return 2
+    if not vs:
+        return 5
+    return 1 if any(v.outcome in ("failed", "hung", "diverged") for v in vs) else 0
+
+
+def counts(verdicts: Iterable[Verdict]) -> dict[str, int]:
+    """Number of verdicts per outcome, plus ``needs_gpu`` (a part of ``skipped``)."""
+    vs = list(verdicts)
+    out = {o: sum(v.outcome == o for v in vs) for o in OUTCOMES}
+    out["needs_gpu"] = sum(v.needs_gpu for v in vs)
+    return out
+
+
+def junit_xml(verdicts: Iterable[Verdict], *, name: str = "simharness-run",
+              wall_s: float = 0.0, world: int = 1) -> str:
+    """JUnit XML (one ``testcase`` per test, classname/name from the node id).
+
+    >>> x = junit_xml([Verdict("a/t.py::C::test_x", "failed", (1,), 1, "boom", 0.5)])
+    >>> 'classname="a.t.C" name="test_x"' in x and 'failures="1"' in x
+    True
+    """
+    vs = list(verdicts)
+    c = counts(vs)
+    suite = ET.Element("testsuite", name=name, tests=str(len(vs)),
+                       failures=str(c["failed"] + c["hung"] + c["diverged"]), errors="0",
+                       skipped=str(c["skipped"]), time=f"{wall_s:.3f}")
+    props = ET.SubElement(suite, "properties")
+    ET.SubElement(props, "property", name="world_size", value=str(world))
+    for v in vs:
+        path, _, rest = v.nodeid.partition("::")
+        parts = rest.split("::") if rest else [os.path.basename(path)]
+        module = path[:-3] if path.endswith(".py") else path
+        classname = ".".join([module.replace("/", ".").replace("\\", "."), *parts[:-1]])
+        case = ET.SubElement(suite, "testcase", classname=classname, name=parts[-1],
+                             time=f"{v.duration:.3f}")
+        if v.outcome == "failed":
+            el = ET.SubElement(case, "failure", message=f"failed on rank {v.first_rank}")
+            el.text = v.detail
+        elif v.outcome in ("hung", "diverged"):
+            kind = "hang" if v.outcome == "hung" else "diverged"
+            el = ET.SubElement(case, "failure", type=kind,
+                               message=f"{v.outcome} on ranks {_span(v.ranks)}")
+            el.text = v.detail
+        elif v.outcome == "skipped":
+            ET.SubElement(case, "skipped", message=v.detail[:500])
+    return ET.tostring(suite, encoding="unicode")
+
+
+def read_records(path: str) -> list[dict]:
+    """The JSON records of one rank's file (a torn last line, from a killed rank, is left out).
+
+    >>> read_records("/nonexistent/rank0.jsonl")
+    []
+    """
+    try:
+        with open(path, encoding="utf-8") as fh:
+            lines = fh.read().splitlines()
+    except FileNotFoundError:
+        return []
+    out = []
+    for line in lines:
+        try:
+            out.append(json.loads(line))
+        except json.JSONDecodeError:
+            continue
+    return out
