@@ -25,8 +25,8 @@ __all__ = [
 
 
 def __getattr__(name):
-    if name == "verify_live":  # lazy: replay imports torch.distributed
-        from .replay import verify_live
+    if name == "verify_live":  # lazy: live verification imports torch.distributed
+        from .live import verify_live
 
         return verify_live
     if name == "capture":  # the package is callable: simharness.capture(fn, world_size)

@@ -1,6 +1,6 @@
 """Megatron's getter of each group kind, per megatron-core profile: the one table.
 
-Replay (``--engine megatron``), :func:`simharness.replay.verify_live` and the
+Replay (``--engine megatron``), :func:`simharness.verify_live` and the
 parity tests read Megatron's groups through this table; it is pure data (no
 torch). A :class:`Getter` is a ``parallel_state`` function with its keyword
 arguments; ``alias`` names the kind whose group Megatron returns when this

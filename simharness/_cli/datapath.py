@@ -86,6 +86,7 @@ def replay_data_cmd(ctx, plan_path, capture_path, kind, steps, dense_buckets, ex
       simharness replay-data -n 8 --tp 2 --create-all-gather-group --swap 2,3
       simharness replay-data -n 8 --kind fsdp2
     """
+    from ..replay.controller import write_report
     from ..replay.datapath import (
         DataPathOptions,
         parse_swap,
@@ -93,7 +94,6 @@ def replay_data_cmd(ctx, plan_path, capture_path, kind, steps, dense_buckets, ex
         summary_lines,
         swap_ranks,
     )
-    from ..replay.controller import write_report
 
     layout, _ = layout_for_replay(plan_path, "plan", kwargs)
     out.check_writable(report_path, "--report")  # before any rank starts

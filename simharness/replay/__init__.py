@@ -17,9 +17,9 @@ it runs: importing this package is cheap (the CLI imports it at start-up).
   (``python -m simharness.replay.worker`` reads the torchrun environment).
 """
 
+from ..live import verify_live
 from .controller import preflight, replay, torchrun_command, write_report
 from .datapath import DataPathOptions, replay_data
-from .live import verify_live
 from .options import (
     EXIT_FAILED,
     EXIT_INTERRUPTED,

@@ -30,6 +30,7 @@ from torch.distributed.device_mesh import DeviceMesh
 from torch.distributed.fsdp import fully_shard
 
 from ..layout import Layout
+from ..live.verify import torch_ranks
 from .datapath import (
     FSDP_DIMS,
     FSDP_LR_EXP,
@@ -44,7 +45,6 @@ from .datapath import (
 )
 from .datapath_worker import run_with
 from .options import ReplayOptions
-from .verify import torch_ranks
 from .worker import Progress, ReplayFault, _fault, _short
 
 

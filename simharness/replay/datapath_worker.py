@@ -29,6 +29,7 @@ import torch
 import torch.distributed as dist
 
 from ..layout import Layout
+from ..live.verify import torch_ranks
 from .datapath import (
     Bucket,
     DataPathOptions,
@@ -43,7 +44,6 @@ from .datapath import (
     variants,
 )
 from .options import ReplayOptions
-from .verify import torch_ranks
 from .worker import Progress, ReplayFault, _fault, _short, gather_results, init_rank
 
 TWIN_DESC = "SIMHARNESS_DATAPATH_AG_TWIN"

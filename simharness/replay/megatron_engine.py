@@ -6,7 +6,7 @@ Megatron's order, backend, ``group_desc``, the object returned). The record is
 compared call by call with the plan's creation order
 (:func:`simharness.creation_log.compare_log`), each group the rank is in is verified
 like a plan replay, and the getters are compared with the plan
-(:func:`simharness.replay.verify.compare_getters`).
+(:func:`simharness.live.verify.compare_getters`).
 
 The installed version, the profile it follows, the refusals of Megatron mode and
 ``initialize_model_parallel``'s keywords are :mod:`simharness.mcore`; the log comparison

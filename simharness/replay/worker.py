@@ -28,6 +28,16 @@ import torch
 import torch.distributed as dist
 
 from ..layout import Layout
+from ..live.verify import (
+    MAX_RECORDED,
+    all_gather_checks,
+    all_gather_ranks,
+    compare_getters,
+    is_group,
+    megatron_communicators,
+    membership_mismatches,
+    mismatch,
+)
 from .options import (
     BACKENDS,
     ENGINES,
@@ -38,16 +48,6 @@ from .options import (
     Fault,
     ReplayOptions,
     parse_bytes,
-)
-from .verify import (
-    MAX_RECORDED,
-    all_gather_checks,
-    all_gather_ranks,
-    compare_getters,
-    is_group,
-    megatron_communicators,
-    membership_mismatches,
-    mismatch,
 )
 
 PHASES = ("start", "init", "create", "verify", "probe", "gather", "done")
@@ -392,8 +392,8 @@ def _check_megatron(ps: Any, layout: Layout, rank: int, own: dict[str, Any],
     ``group_of(kind)`` is the group this rank's code would use (the getter's, else the
     created one). Moves ``ag_groups`` out of ``megatron_info`` and adds what was checked.
     """
-    from .live import verify_live
-    from .verify import getter_for
+    from ..live import verify_live
+    from ..live.verify import getter_for
 
     ag_groups = megatron_info.pop("ag_groups", None)
     extra = {}

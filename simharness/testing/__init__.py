@@ -181,8 +181,8 @@ class LiveLayout:
         """Compare Megatron's live groups with :attr:`expected` on every rank (collective:
         call it on all ranks); fails the test with the mismatches, returns the report.
         Keywords go to :func:`simharness.verify_live`."""
-        from ..replay import verify_live
-        from ..replay.report import live_summary_lines
+        from ..live import verify_live
+        from ..live.report import live_summary_lines
 
         report = verify_live(self.expected, print_report=False, **kwargs)
         if not report.get("ok"):

@@ -178,7 +178,7 @@ GTP_GETTER_CASES = [
 
 def _compare_getters_on(ps, world, kwargs, layout, ranks):
     """``compare_getters`` (what replay --engine megatron and verify_live run) on each rank."""
-    from simharness.replay.verify import compare_getters
+    from simharness.live.verify import compare_getters
 
     return {r: H.run_rank(ps, world, r, kwargs, mcore="0.19", record=False, getters=False,
                           after_init=lambda ps, r=r: compare_getters(ps, layout, r)).extra
