@@ -1,15 +1,15 @@
 """Replay a layout on real processes through ``torch.distributed``.
 
-The only part of simharness that imports ``torch.distributed``, and only when
-it runs: importing this package is cheap (the CLI imports it at start-up).
+It imports ``torch.distributed`` only when it runs: importing this package is cheap
+(the replay commands of the CLI import it at start-up).
 
 * :func:`replay` - start ``world_size`` local ranks (gloo on CPU, or NCCL with
   one GPU per rank), create every group of the plan in creation order (or run
   megatron-core's ``initialize_model_parallel``: ``engine="megatron"``), verify
   each group with torch and one collective, check the all-gather groups, time
   the overlap probe, and return the report.
-* :func:`verify_live` - the same comparison inside a real job, right after
-  Megatron initialised: every rank checks its groups, rank 0 prints one report.
+* :func:`verify_live` - re-exported from :mod:`simharness.live`: the same comparison
+  inside a real job, right after Megatron initialised.
 * :func:`replay_data` - the optimizer's data path (reduce-scatter and all-gather
   of real buckets, or FSDP2) on the plan's groups, bit-compared with a
   single-process reference (see :mod:`.datapath`).
