@@ -264,6 +264,51 @@ def band_summaries(results: list[CalResult]) -> list[BandSummary]:
     return out
 
 
+def network_class(point: CalPoint) -> str:
+    """The network class a point is reported in: ``NVLink <arch>`` when its GPUs share one
+    NVLink domain (one node, or one multi-node NVLink rack), else the network's transport
+    and the GPUs' architecture (``InfiniBand hopper``, ``EFA hopper``, ``RoCE hopper``).
+
+    >>> p = CalPoint("x", "s", "all_reduce", "ring", 2**30, "aws-p5", 2, 8, "heldout",
+    ...              busbw=1.0)
+    >>> network_class(p)
+    'EFA hopper'
+    """
+    spec = load_cluster(point.topology, point.nodes).spec
+    nodes = point.node_list if point.node_list is not None else range(point.nodes)
+    domains = {n // spec.nodes_per_domain for n in nodes}
+    arch = spec.node.arch or "generic"
+    if len(domains) == 1 or spec.scale_out is None:
+        return f"NVLink {arch}"
+    names = {"infiniband": "InfiniBand", "roce": "RoCE", "efa": "EFA"}
+    return f"{names[spec.scale_out.transport]} {arch}"
+
+
+@dataclass(frozen=True)
+class ClassSummary:
+    """Held-out figures of one network class, over all sizes and per size band."""
+
+    network: str
+    all: BandSummary
+    bands: tuple[BandSummary, ...]
+
+
+def class_summaries(results: list[CalResult]) -> list[ClassSummary]:
+    """Per network class (:func:`network_class`): the summary over all sizes, then per
+    size band (:data:`SIZE_BANDS`); classes sorted by name."""
+    by: dict[str, list[CalResult]] = {}
+    for r in results:
+        by.setdefault(network_class(r.point), []).append(r)
+    out = []
+    for name in sorted(by):
+        rs = by[name]
+        speeds = sorted(r.speed_ratio for r in rs)
+        total = BandSummary("all", len(rs), sum(r.within_target for r in rs),
+                            sum(v > 1.0 for v in speeds), float(np.median(speeds)))
+        out.append(ClassSummary(name, total, tuple(band_summaries(rs))))
+    return out
+
+
 def _version(point: CalPoint) -> str:
     """The modelled NCCL release nearest the point's: 2.23 for <= 2.23.x, else 2.28."""
     try:

@@ -144,7 +144,7 @@ __all__ = [
     "PER_CH_MAX_TREE_LL128", "PROTOS", "RING_PLATEAU", "SIMPLE_STEP_BYTES", "TREE_CORRECTION",
     "CommGraphs", "Estimate", "Graph", "GroupShape", "NodeView", "Table", "_ALIASES", "_choice",
     "_log2i", "_nvls_chunk", "bus_factor", "check_size", "choose", "collective_name",
-    "debug_lines", "launch_overhead_us", "launch_period_us", "nccl_version", "nvls_loops",
+    "debug_lines", "fabric_lines", "launch_overhead_us", "launch_period_us", "nccl_version", "nvls_loops",
     "pipeline_fill_us", "tune", "tuning_lines",
 ]
 
@@ -179,6 +179,9 @@ class GroupShape:
     base_latency_us: float = 0.0
     nodes: tuple[NodeView, ...] | None = None
     share: float = 1.0
+    transport: str = "infiniband"  # the network's transport ([scale_out] transport)
+    net_plugin: str = ""           # an external NCCL net plugin, as the topology names it
+    tuner_plugin: str = ""         # an external NCCL tuner plugin (named, not modelled)
 
     @property
     def ppn(self) -> float:
@@ -203,7 +206,9 @@ class GroupShape:
                 f"{self.arch or 'generic'}, NVLink {self.intra_gb_per_s:.1f} GB/s, ring "
                 f"{self.ring_gb_per_s:.1f} GB/s, net {self.net_gb_per_s:.1f} GB/s/rank"
                 + (", NVLS" if self.nvls else "") + (", CollNet/SHARP" if self.collnet else "")
-                + (", MNNVL" if self.mnnvl else ""))
+                + (", MNNVL" if self.mnnvl else "")
+                + (f", {self.transport}" if self.n_nodes > 1 and self.transport != "infiniband"
+                   else ""))
 
 
 @dataclass(frozen=True)
@@ -574,4 +579,43 @@ def debug_lines(shape: GroupShape, collective: str, *, nccl: str = DEFAULT_NCCL)
     out += [f"NCCL INFO {line}" for line in table.graphs.lines()]
     out.append(f"tuning table (the {table.collective} row prices the pick):")
     out += [f"NCCL INFO {line}" for line in tuning_lines(shape, nccl=nccl)]
+    out += fabric_lines(shape)
+    return out
+
+
+# What each network transport changes in NCCL, and what of it the model prices.
+_TRANSPORT_NOTES = {
+    "infiniband": "InfiniBand through NCCL's own IB verbs transport (net_ib.cc): modelled with "
+                  "NCCL's own network latencies and bandwidths (tuning.cc hwLat[NET]).",
+    "roce": "RoCE through NCCL's IB verbs transport (net_ib.cc treats a RoCE port as an IB "
+            "port): priced exactly as InfiniBand. Assumed: the lossless settings (PFC/ECN, "
+            "congestion control) hold, so no loss or back-off; no SHARP/CollNet on Ethernet.",
+    "efa": "EFA through a net plugin (NCCL has no EFA transport): the plugin's own per-step "
+           "cost over libfabric is NOT modelled, NCCL's network latencies are used as for "
+           "InfiniBand; no SHARP/CollNet on EFA.",
+}
+
+
+def fabric_lines(shape: GroupShape) -> list[str]:
+    """What the group's network changes in NCCL and what the model assumes of it (for
+    ``--explain``); nothing for a group inside one NVLink domain.
+
+    >>> s = GroupShape(n_ranks=16, n_nodes=2, arch="hopper", intra_gb_per_s=370.8,
+    ...                ring_gb_per_s=47.0, transport="roce")
+    >>> fabric_lines(s)[1].startswith("network: RoCE")
+    True
+    """
+    if shape.n_nodes < 2 or shape.arch is None:
+        return []
+    out = ["fabric (what the network changes in NCCL; modelled / assumed):",
+           "network: " + _TRANSPORT_NOTES[shape.transport]]
+    if shape.net_plugin:
+        out.append(f"net plugin: {shape.net_plugin}")
+    if shape.tuner_plugin:
+        out.append(f"tuner plugin: {shape.tuner_plugin}; NOT modelled: the table above is "
+                   "NCCL's own tuner, and the pick priced is NCCL's (the plugin steps aside "
+                   "when NCCL_ALGO/NCCL_PROTO are set)")
+    out.append("CollNet/SHARP: " + ("enabled (--collnet): CollNet rows are priced" if
+                                    shape.collnet else "not used (no --collnet, or the "
+                                    "switches have no SHARP)"))
     return out
