@@ -45,6 +45,16 @@ SWEEP = [("dgx-h100", 1, range(8), "all_reduce"), ("dgx-h100", 1, range(8), "all
          ("gb200-nvl72", 18, range(72), "all_reduce")]
 
 
+def _print_classes(held) -> None:
+    """The held-out summary per network class, then per size band inside it."""
+    print("per network class (all sizes, then per size band):")
+    for cls in class_summaries(held):
+        print(f"  {cls.network}: " + cls.all.line().strip().removeprefix("all: "))
+        for band in cls.bands:
+            if band.n:
+                print("    " + band.line())
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("file", nargs="?", default=str(DEFAULT_PATH))
@@ -74,12 +84,7 @@ def main(argv=None) -> int:
         print(f"held-out sizes {min(sizes):.0f} B .. {max(sizes):.0f} B; per size band:")
         for band in band_summaries(held):
             print("  " + band.line())
-        print("per network class (all sizes, then per size band):")
-        for cls in class_summaries(held):
-            print(f"  {cls.network}: " + cls.all.line().strip().removeprefix("all: "))
-            for band in cls.bands:
-                if band.n:
-                    print("    " + band.line())
+        _print_classes(held)
         fit = [r for r in results if r.point.split == "fit"]
         if fit:
             print("fit points, same bands (shown for completeness; they set constants):")

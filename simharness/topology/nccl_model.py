@@ -144,8 +144,8 @@ __all__ = [
     "PER_CH_MAX_TREE_LL128", "PROTOS", "RING_PLATEAU", "SIMPLE_STEP_BYTES", "TREE_CORRECTION",
     "CommGraphs", "Estimate", "Graph", "GroupShape", "NodeView", "Table", "_ALIASES", "_choice",
     "_log2i", "_nvls_chunk", "bus_factor", "check_size", "choose", "collective_name",
-    "debug_lines", "fabric_lines", "launch_overhead_us", "launch_period_us", "nccl_version", "nvls_loops",
-    "pipeline_fill_us", "tune", "tuning_lines",
+    "debug_lines", "fabric_lines", "launch_overhead_us", "launch_period_us", "nccl_version",
+    "nvls_loops", "pipeline_fill_us", "tune", "tuning_lines",
 ]
 
 
