@@ -30,7 +30,12 @@ else:  # Python 3.10: the tomli backport, a dependency there
 from .cost import predict
 from .errors import TopologyError
 from .loader import load_cluster, topology_dir
-from .nccl_ramp import LAUNCH_MODES, LAUNCH_US_SINGLE_PER_GPU, launch_overhead_us
+from .nccl_ramp import (
+    LAUNCH_MODES,
+    LAUNCH_US_SINGLE_PER_GPU,
+    launch_overhead_us,
+    net_steps,
+)
 from .nccl_tuning import DEFAULT_NCCL, bus_factor
 
 DEFAULT_PATH = topology_dir() / "calibration" / "nccl_calibration.toml"
@@ -224,6 +229,47 @@ def fit_single_launch_us(points: list[CalPoint]) -> float:
     gpu, meas, n = (np.array(x, dtype=float) for x in zip(*rows, strict=True))
     grid = np.arange(100, 1001) / 100.0
     pred = np.maximum(gpu[None, :], n[None, :] * grid[:, None])
+    cost = (np.log(pred / meas[None, :]) ** 2).sum(axis=1)
+    return float(grid[int(np.argmin(cost))])
+
+
+def fit_net_step_us(points: list[CalPoint], transport: str = "efa") -> float:
+    """``NET_STEP_US[transport]`` fitted on the ``fit`` points only, us.
+
+    Over every point with ``split == "fit"`` on a topology whose network is ``transport``
+    and that crosses it, the per-step cost S that minimises the sum of squared
+    log(predicted / measured time), predicted = the model's time without the transport
+    term + ``net_steps x S`` (NCCL's pick is unchanged: its tuner does not see S); a grid
+    of 1 us over 0-400 us. Held-out points are ignored, whatever they say.
+
+    >>> from simharness.topology.nccl_ramp import NET_STEP_US
+    >>> fit_net_step_us(load_points(DEFAULT_PATH)) == NET_STEP_US["efa"]
+    True
+    """
+    rows = []
+    for p in points:
+        if p.split != "fit":
+            continue
+        cluster = load_cluster(p.topology, p.nodes)
+        so = cluster.spec.scale_out
+        if so is None or so.transport != transport:
+            continue
+        dev = p.devices(cluster.gpus_per_node)
+        domains = int(np.unique(cluster.domain_of(dev)).size)
+        est = predict(cluster, dev, p.collective, p.size,
+                      algo=None if p.algo == "default" else p.algo, nccl=_version(p))
+        steps = net_steps(est.collective, est.algo, domains)
+        if not steps:
+            continue
+        base = est.time_us - est.transport_us
+        measured_us = p.measured if p.metric == "time_us" else _value(p, 1.0) / p.measured
+        rows.append((base, steps, measured_us))
+    if not rows:
+        raise TopologyError(f"no fit point crosses a {transport} network: nothing to fit its "
+                            "per-step cost on")
+    base, steps, meas = (np.array(x, dtype=float) for x in zip(*rows, strict=True))
+    grid = np.arange(0, 401, dtype=float)
+    pred = base[None, :] + steps[None, :] * grid[:, None]
     cost = (np.log(pred / meas[None, :]) ** 2).sum(axis=1)
     return float(grid[int(np.argmin(cost))])
 

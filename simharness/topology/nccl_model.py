@@ -91,6 +91,7 @@ from .nccl_ramp import (
     LAUNCH_US,
     LAUNCH_US_SINGLE_PER_GPU,
     NCCL_STEPS,
+    NET_STEP_US,
     NVLS_AG_RS_ONE_NODE_STAGES,
     NVLS_CHUNK_BYTES,
     NVLS_ONE_NODE_STAGES,
@@ -98,6 +99,8 @@ from .nccl_ramp import (
     _nvls_chunk,
     launch_overhead_us,
     launch_period_us,
+    net_steps,
+    net_transport_us,
     nvls_loops,
     pipeline_fill_us,
 )
@@ -138,14 +141,15 @@ from .nccl_tuning import (
 __all__ = [
     "ALGOS", "ARCHS", "BASE_LAT", "COLLECTIVES", "DEFAULT_NCCL", "HW_LAT", "LAUNCH_MODES",
     "LAUNCH_US", "LAUNCH_US_SINGLE_PER_GPU", "LL_MAX_BW", "LL_MAX_BW_INTEL", "MAX_BYTES",
-    "MAX_THREADS", "NCCL_STEPS", "NCCL_VERSIONS", "NET_OVERHEAD_US", "NVLINK_BW_PER_LINK",
+    "MAX_THREADS", "NCCL_STEPS", "NCCL_VERSIONS", "NET_STEP_US", "NET_OVERHEAD_US",
+    "NVLINK_BW_PER_LINK",
     "NVLS_AG_RS_ONE_NODE_STAGES", "NVLS_CHUNK_BYTES", "NVLS_EFFICIENCY", "NVLS_ONE_NODE_STAGES",
     "PAT_FACTOR", "PER_CH_MAX_NVLS_TREE", "PER_CH_MAX_RING_LL128", "PER_CH_MAX_TREE",
     "PER_CH_MAX_TREE_LL128", "PROTOS", "RING_PLATEAU", "SIMPLE_STEP_BYTES", "TREE_CORRECTION",
     "CommGraphs", "Estimate", "Graph", "GroupShape", "NodeView", "Table", "_ALIASES", "_choice",
     "_log2i", "_nvls_chunk", "bus_factor", "check_size", "choose", "collective_name",
     "debug_lines", "fabric_lines", "launch_overhead_us", "launch_period_us", "nccl_version",
-    "nvls_loops", "pipeline_fill_us", "tune", "tuning_lines",
+    "net_steps", "net_transport_us", "nvls_loops", "pipeline_fill_us", "tune", "tuning_lines",
 ]
 
 
@@ -229,6 +233,7 @@ class Estimate:
     n_ranks: int
     n_channels: int  # CTAs the kernel launches: the channels of this call's plan
     ramp_us: float = 0.0
+    transport_us: float = 0.0  # part of ramp_us: the transport's per-step cost (EFA)
 
     @property
     def nccl_time_us(self) -> float:
@@ -288,7 +293,7 @@ class Table:
                 and size_bytes / (nch * s.n_ranks) >= 64):
             lat *= RING_PLATEAU
         ctas = 0
-        ramp = 0.0
+        ramp = transport = 0.0
         if s.n_ranks > 1:
             if g is None:
                 ctas = 1
@@ -302,8 +307,10 @@ class Table:
                 ctas = plan_channels(g, algo, proto, size_bytes, threads, s.n_ranks)
                 ramp = pipeline_fill_us(self.collective, algo, proto, size_bytes, s, g, bw,
                                         ctas)
+                transport = net_transport_us(self.collective, algo, proto, s)
+                ramp += transport
         return Estimate(self.collective, algo, proto, size_bytes, lat, bw, s.n_ranks, ctas,
-                        ramp)
+                        ramp, transport)
 
     def all_estimates(self, size_bytes: float) -> list[Estimate]:
         """Every enabled (algorithm, protocol), in NCCL's order of preference (its time)."""
@@ -590,9 +597,11 @@ _TRANSPORT_NOTES = {
     "roce": "RoCE through NCCL's IB verbs transport (net_ib.cc treats a RoCE port as an IB "
             "port): priced exactly as InfiniBand. Assumed: the lossless settings (PFC/ECN, "
             "congestion control) hold, so no loss or back-off; no SHARP/CollNet on Ethernet.",
-    "efa": "EFA through a net plugin (NCCL has no EFA transport): the plugin's own per-step "
-           "cost over libfabric is NOT modelled, NCCL's network latencies are used as for "
-           "InfiniBand; no SHARP/CollNet on EFA.",
+    "efa": "EFA through a net plugin (NCCL has no EFA transport): NCCL's network latencies "
+           "as for InfiniBand, plus a per-network-step cost of the plugin's transport, "
+           f"{NET_STEP_US['efa']:g} us FITTED on the published p5 sweeps marked fit (no source "
+           "gives it; it also absorbs what the plugin's tuner picks differently); no "
+           "SHARP/CollNet on EFA.",
 }
 
 
