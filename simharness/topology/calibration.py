@@ -267,9 +267,9 @@ def fit_net_step_us(points: list[CalPoint], transport: str = "efa") -> float:
     if not rows:
         raise TopologyError(f"no fit point crosses a {transport} network: nothing to fit its "
                             "per-step cost on")
-    base, steps, meas = (np.array(x, dtype=float) for x in zip(*rows, strict=True))
+    base_us, n_steps, meas = (np.array(x, dtype=float) for x in zip(*rows, strict=True))
     grid = np.arange(0, 401, dtype=float)
-    pred = base[None, :] + steps[None, :] * grid[:, None]
+    pred = base_us[None, :] + n_steps[None, :] * grid[:, None]
     cost = (np.log(pred / meas[None, :]) ** 2).sum(axis=1)
     return float(grid[int(np.argmin(cost))])
 
