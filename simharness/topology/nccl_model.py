@@ -622,8 +622,8 @@ def fabric_lines(shape: GroupShape) -> list[str]:
         out.append(f"net plugin: {shape.net_plugin}")
     if shape.tuner_plugin:
         out.append(f"tuner plugin: {shape.tuner_plugin}; NOT modelled: the table above is "
-                   "NCCL's own tuner, and the pick priced is NCCL's (the plugin steps aside "
-                   "when NCCL_ALGO/NCCL_PROTO are set)")
+                   "NCCL's own tuner, and the pick priced is NCCL's (the plugin can pick "
+                   "another algorithm, protocol or channel count)")
     out.append("CollNet/SHARP: " + ("enabled (--collnet): CollNet rows are priced" if
                                     shape.collnet else "not used (no --collnet, or the "
                                     "switches have no SHARP)"))
