@@ -594,9 +594,10 @@ def debug_lines(shape: GroupShape, collective: str, *, nccl: str = DEFAULT_NCCL)
 _TRANSPORT_NOTES = {
     "infiniband": "InfiniBand through NCCL's own IB verbs transport (net_ib.cc): modelled with "
                   "NCCL's own network latencies and bandwidths (tuning.cc hwLat[NET]).",
-    "roce": "RoCE through NCCL's IB verbs transport (net_ib.cc treats a RoCE port as an IB "
-            "port): priced exactly as InfiniBand. Assumed: the lossless settings (PFC/ECN, "
-            "congestion control) hold, so no loss or back-off; no SHARP/CollNet on Ethernet.",
+    "roce": "RoCE, priced as NCCL's IB verbs transport (net_ib.cc drives a RoCE port as an "
+            "IB port), exactly as InfiniBand; a provider's own net plugin is assumed to cost "
+            "the same. Assumed: the lossless settings (PFC/ECN, congestion control) hold, so "
+            "no loss or back-off; no SHARP/CollNet on Ethernet.",
     "efa": "EFA through a net plugin (NCCL has no EFA transport): NCCL's network latencies "
            "as for InfiniBand, plus a per-network-step cost of the plugin's transport, "
            f"{NET_STEP_US['efa']:g} us FITTED on the published p5 sweeps marked fit (no source "

@@ -268,7 +268,9 @@ def test_explain_says_what_a_fabric_changes_in_nccl():
     assert "EFA through a net plugin" in efa and "aws-ofi-nccl" in efa
     assert "tuner plugin" in efa and "NOT modelled" in efa
     roce = fabric("gcp-a3-ultra")
-    assert "RoCE" in roce and "lossless" in roce and "tuner plugin" not in roce
+    assert "RoCE" in roce and "lossless" in roce and "gIB" in roce
+    azure = fabric("azure-nd-h100-v5")
+    assert "tuner plugin" not in azure and "net plugin" not in azure
     assert "InfiniBand through NCCL's own IB verbs" in fabric("azure-nd-h100-v5")
     one = load_cluster("dgx-a100")
     lines = debug_lines(shape_of(one, build_rings(one, [list(range(8))]), 0), "all_reduce")
