@@ -372,7 +372,9 @@ def topology_cost(name, nodes, ranks_per_node, collective, sizes, algo, proto, c
                        "algbw_gb_per_s": e.algbw_measured_gb_per_s,
                        "busbw_gb_per_s": e.busbw_gb_per_s, "pick": e.pick,
                        "channels": e.n_channels, "nccl_latency_us": e.latency_us,
-                       "nccl_bw_gb_per_s": e.algbw_gb_per_s, "pipeline_fill_us": e.ramp_us,
+                       "nccl_bw_gb_per_s": e.algbw_gb_per_s,
+                       "pipeline_fill_us": e.ramp_us - e.transport_us,
+                       "network_transport_us": e.transport_us,
                        "nccl": version} for e in rows]))
         return
     if not quiet:
