@@ -257,8 +257,9 @@ behind the gradient reduce-scatter on dp_cp
         return (f"megatron-core {PROFILES[profile].versions} builds no expert all-gather "
                 f"group: nothing reads {kind}")
     if impl == "unknown":
-        others = "DDP (with or without the distributed optimizer), torch FSDP2" + (
-            " or Megatron-FSDP v2" if profile == "main" else "")
+        others = ("DDP (with or without the distributed optimizer), torch FSDP2 or Megatron-FSDP "
+                  "v2" if profile == "main" else
+                  "DDP (with or without the distributed optimizer) or torch FSDP2")
         return (f"{ag_reader_sentence(profile, 'fsdp', expert=expert)}; with {others} "
                 f"nothing reads {kind} and the option costs a communicator and buys nothing")
     r = row(profile, impl)
@@ -550,3 +551,19 @@ def option_off_sentence(profile: str, dp: DPImpl) -> str:
         return f"{head}; {fsdp}"
     return (f"{head}, which changes nothing for {dp.name}: nothing in it reads the AG group "
             f"(on, the option would cost a communicator and buy nothing)")
+
+
+def datapath_variants(profile: str, dp: DPImpl) -> list[str]:
+    """What ``replay-data --kind megatron``'s two variants stand for, in this table's words."""
+    sent = dp.sentence(profile)
+    lines = ["shared: the all-gather on the reduce-scatter's communicator: DDP with the "
+             "distributed optimizer (option on or off), and Megatron-FSDP with the option off",
+             "separate: the all-gather on its own communicator (the AG group): Megatron-FSDP "
+             "with the option on, the AG group's one reader"]
+    if dp.impl == "unknown":
+        return lines + [dp.describe()]
+    if dp.impl == "ddp":
+        return lines + [f"{dp.describe()}: it gathers no parameters, so neither variant is its "
+                        f"path; {sent}"]
+    path = "separate" if dp.reads(profile) else "shared"
+    return lines + [f"{dp.describe()}: its path is '{path}'; {sent}"]
