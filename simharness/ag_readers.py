@@ -419,7 +419,7 @@ class DPImpl:
 
     ``impl``: one of :data:`IMPLS`; ``sharding``: Megatron-FSDP's
     ``data_parallel_sharding_strategy`` (None: not known); ``source``: ``"--dp-impl"``,
-    ``"<file> ddp:"`` or ``"not given"``; ``grad_reduce_in_fp32`` /
+    ``"<file> <where the ddp block is>"`` or ``"not given"``; ``grad_reduce_in_fp32`` /
     ``overlap_param_gather`` / ``overlap_grad_reduce``: the recipe's ``ddp:`` values
     (None: not written there)."""
 
@@ -470,7 +470,7 @@ def dp_impl_from_ddp_block(mapping: Mapping[str, Any] | None, *, profile: str | 
     def flag(key: str) -> bool | None:
         return _bool(mapping, key, where) if key in mapping else None
 
-    return DPImpl(impl, sharding, f"{where} ddp:", notes, flag("grad_reduce_in_fp32"),
+    return DPImpl(impl, sharding, where, notes, flag("grad_reduce_in_fp32"),
                   flag("overlap_param_gather"), flag("overlap_grad_reduce"))
 
 
