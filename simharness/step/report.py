@@ -16,6 +16,13 @@ from dataclasses import asdict, dataclass
 from ..topology.comm_memory import CommMemoryInputs, comm_memory
 from ..topology.nccl_model import debug_lines, tune
 from .engine import Timeline, Unit
+
+# ag_readers.ag_reader_sentence(profile, "dist-opt") (the step model imports nothing of the
+# core; tests/unit/topology/test_topology_overlap.py holds the two equal). The CLI passes
+# the sentence of the job's implementation and profile as ``reader_words``.
+DIST_OPT_WORDS = ("nothing in DDP with the distributed optimizer reads dp_cp_ag: it gathers "
+                  "parameters on its reduce-scatter group (_ParamAndGradBucketGroup."
+                  "start_param_sync), so the option costs a communicator and buys nothing")
 from .pricing import ROLE_COLLECTIVE, ROLE_NAMES, JobGroups, Pricer
 
 HBM_BYTES_PER_WIRE_BYTE = 3.0  # read source + read/write staging; ours, an estimate
@@ -147,10 +154,7 @@ class OverlapReport:
             return ("nothing to overlap: the data-parallel groups have one rank (no collective "
                     f"traffic); the all-gather group would cost {mem}")
         if not self.ag_used:
-            why = self.reader_words or (
-                "nothing in DDP with the distributed optimizer reads dp_cp_ag: it gathers "
-                "parameters on its reduce-scatter group (_ParamAndGradBucketGroup."
-                "start_param_sync)")
+            why = self.reader_words or DIST_OPT_WORDS
             return f"no effect for the distributed optimizer: {why}; the flag costs {mem}"
         lo, hi = self.gain_range_pct
         rng = f"{lo:+.1f}% to {hi:+.1f}% of the step" if abs(hi - lo) >= 0.05 \
