@@ -39,8 +39,7 @@ from typing import Any
 
 import numpy as np
 
-from .ag_readers import AG_PROFILES, UNKNOWN, DPImpl, memory_case, memory_paid, \
-    option_off_sentence
+from .ag_readers import AG_PROFILES, UNKNOWN, DPImpl, memory_case, memory_paid, option_off_sentence
 from .errors import GroupNotInitialized
 from .findings import Finding
 from .layout import LEAN_WORLD, PARTIAL_KINDS, Layout
@@ -515,6 +514,31 @@ def _ag_window(w: _World, ag_kinds: list[str]) -> list[Finding]:
     return out
 
 
+def _ag_option_off(w: _World, ag_kinds: list[str]) -> list[Finding]:
+    """The option is off: no AG group may exist, the all-gather resolves to DP-with-CP, and
+    what that means for the data-parallel implementation (``ag-off``)."""
+    lay = w.layout
+    out: list[Finding] = []
+    if ag_kinds:
+        out.append(Finding("ag-off", "error",
+                           f"create_all_gather_group is off but the layout has {ag_kinds}",
+                           (), tuple(ag_kinds)))
+    # The all-gather must resolve to DP-with-CP itself (one rank checked per group).
+    bad = []
+    for g in w.groups("dp_cp")[:64, 0]:
+        col = lay.resolve_collectives(int(g))
+        if col.dense_all_gather != col.dense_reduce_scatter or col.dense_overlap:
+            bad.append(int(g))
+    if bad:
+        out.append(Finding("ag-off", "error",
+                           "option off but the all-gather resolves to a group other than "
+                           "the reduce-scatter's", _ranks(bad), ("dp_cp",)))
+    else:
+        out.append(Finding("ag-off", "info", option_off_sentence(_ag_profile(lay), w.dp),
+                           (), ("dp_cp",)))
+    return out
+
+
 def check_all_gather(w: _World) -> list[Finding]:
     lay = w.layout
     c = lay.config
@@ -529,24 +553,7 @@ def check_all_gather(w: _World) -> list[Finding]:
                  f"#4261); until the fix lands, use order 'tp-cp-ep-dp-pp' "
                  f"(use_tp_pp_dp_mapping=False) with the option, or mcore 0.16/0.17")
     if not c.create_all_gather_group:
-        if ag_kinds:
-            out.append(Finding("ag-off", "error",
-                               f"create_all_gather_group is off but the layout has {ag_kinds}",
-                               (), tuple(ag_kinds)))
-        # The all-gather must resolve to DP-with-CP itself (one rank checked per group).
-        bad = []
-        for g in w.groups("dp_cp")[:64, 0]:
-            col = lay.resolve_collectives(int(g))
-            if col.dense_all_gather != col.dense_reduce_scatter or col.dense_overlap:
-                bad.append(int(g))
-        if bad:
-            out.append(Finding("ag-off", "error",
-                               "option off but the all-gather resolves to a group other than "
-                               "the reduce-scatter's", _ranks(bad), ("dp_cp",)))
-        else:
-            out.append(Finding("ag-off", "info", option_off_sentence(_ag_profile(lay), w.dp),
-                               (), ("dp_cp",)))
-        return out
+        return _ag_option_off(w, ag_kinds)
     # Option on.
     expect = ["dp_cp_ag"] + (["ep_dp_ag"] if prof.expert_all_gather and c.ep > 1 else [])
     missing = [k for k in expect if not lay.has(k)]

@@ -69,9 +69,9 @@ def replay_data_cmd(ctx, plan_path, capture_path, kind, steps, dense_buckets, ex
     option on or off) and on its own communicator ("separate": the plan's AG
     group, or a twin when the option is off: what Megatron-FSDP, the AG group's
     one reader, does with the option on). --dp-impl (or the ddp: block of
-    --config) names which one is your job's path. The parameters must be bit-identical to a single-process
-    reference on every rank; each all-gathered element carries its sender's
-    rank, shard, bucket and step, so a misaligned AG group is reported as
+    --config) names which one is your job's path. The parameters must be
+    bit-identical to a single-process reference on every rank; each
+    all-gathered element carries its sender's rank, shard, bucket and step, so a misaligned AG group is reported as
     "rank 0 holds shard 1 ... but it came from rank 2, expected rank 4".
 
     FSDP2 (--kind fsdp2): a two-layer model under fully_shard on the
@@ -88,6 +88,7 @@ def replay_data_cmd(ctx, plan_path, capture_path, kind, steps, dense_buckets, ex
       simharness replay-data -n 8 --tp 2 --create-all-gather-group --swap 2,3
       simharness replay-data -n 8 --kind fsdp2
     """
+    from ..ag_readers import AG_PROFILES, datapath_variants
     from ..replay.datapath import (
         DataPathOptions,
         parse_swap,
@@ -95,7 +96,6 @@ def replay_data_cmd(ctx, plan_path, capture_path, kind, steps, dense_buckets, ex
         summary_lines,
         swap_ranks,
     )
-    from ..ag_readers import AG_PROFILES, datapath_variants
     from ..replay.launcher import write_report
 
     dp = dp_impl_from_options(**kwargs)

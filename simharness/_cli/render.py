@@ -82,8 +82,8 @@ def summary_rows(layout: Layout, *, world_auto: bool = False, dp=None) -> list[l
 
 
 def echo_summary(layout: Layout, *, world_auto: bool = False, dp=None) -> None:
-    out.echo(out.render_table(None, [[out.heading(a), b]
-                                     for a, b in summary_rows(layout, world_auto=world_auto, dp=dp)]))
+    rows = summary_rows(layout, world_auto=world_auto, dp=dp)
+    out.echo(out.render_table(None, [[out.heading(a), b] for a, b in rows]))
 
 
 def kind_title(layout: Layout, kind: str) -> str:

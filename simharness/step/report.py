@@ -16,6 +16,7 @@ from dataclasses import asdict, dataclass
 from ..topology.comm_memory import CommMemoryInputs, comm_memory
 from ..topology.nccl_model import debug_lines, tune
 from .engine import Timeline, Unit
+from .pricing import ROLE_COLLECTIVE, ROLE_NAMES, JobGroups, Pricer
 
 # ag_readers.ag_reader_sentence(profile, "dist-opt") (the step model imports nothing of the
 # core; tests/unit/topology/test_topology_overlap.py holds the two equal). The CLI passes
@@ -23,7 +24,6 @@ from .engine import Timeline, Unit
 DIST_OPT_WORDS = ("nothing in DDP with the distributed optimizer reads dp_cp_ag: it gathers "
                   "parameters on its reduce-scatter group (_ParamAndGradBucketGroup."
                   "start_param_sync), so the option costs a communicator and buys nothing")
-from .pricing import ROLE_COLLECTIVE, ROLE_NAMES, JobGroups, Pricer
 
 HBM_BYTES_PER_WIRE_BYTE = 3.0  # read source + read/write staging; ours, an estimate
 

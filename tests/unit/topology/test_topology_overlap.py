@@ -410,4 +410,4 @@ def test_the_step_models_dist_opt_words_are_ag_readers_words():
     from simharness.ag_readers import ag_reader_sentence
     from simharness.step.report import DIST_OPT_WORDS
 
-    assert DIST_OPT_WORDS == ag_reader_sentence("0.19", "dist-opt")
+    assert ag_reader_sentence("0.19", "dist-opt") == DIST_OPT_WORDS
