@@ -71,7 +71,8 @@ def replay_data_cmd(ctx, plan_path, capture_path, kind, steps, dense_buckets, ex
     one reader, does with the option on). --dp-impl (or the ddp: block of
     --config) names which one is your job's path. The parameters must be
     bit-identical to a single-process reference on every rank; each
-    all-gathered element carries its sender's rank, shard, bucket and step, so a misaligned AG group is reported as
+    all-gathered element carries its sender's rank, shard, bucket and step, so
+    a misaligned AG group is reported as
     "rank 0 holds shard 1 ... but it came from rank 2, expected rank 4".
 
     FSDP2 (--kind fsdp2): a two-layer model under fully_shard on the
