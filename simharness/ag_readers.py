@@ -513,10 +513,9 @@ def memory_case(launch: str, read: bool | None) -> str:
     """Which memory case a price is for: ``launch`` ``"lazy"`` or ``"eager"``, ``read``
     whether the implementation runs a collective on the group (None: not known).
 
-    >>> memory_case("lazy", False)
-    'priced as none: no collective runs on the group, and with communicators created at a \
-group\\'s first collective (init_process_group without device_id, as Megatron-LM\\'s \
-initialize.py _initialize_distributed does) it never gets one'
+    >>> print(memory_case("eager", False))
+    priced as paid at creation: communicators created when the group is \
+(init_process_group(device_id=...): torch splits every subgroup's communicator eagerly)
     """
     if launch not in LAUNCH_WORDS:
         raise ValueError(f"unknown launch {launch!r}; use lazy or eager")
