@@ -460,6 +460,17 @@ class DPImpl:
 UNKNOWN = DPImpl()
 
 
+def no_effect_words(dp: DPImpl) -> str:
+    """``no effect for <who>``: how check's ``ag-unread`` and simulate's verdict open when
+    nothing in the implementation reads the AG group.
+
+    >>> no_effect_words(DPImpl("dist-opt"))
+    'no effect for the distributed optimizer'
+    """
+    who = {"dist-opt": "the distributed optimizer", "ddp": "plain DDP"}.get(dp.impl, dp.name)
+    return f"no effect for {who}"
+
+
 def dp_impl_from_ddp_block(mapping: Mapping[str, Any] | None, *, profile: str | None,
                            where: str) -> DPImpl:
     """:class:`DPImpl` of a recipe's ``ddp:`` block (``where``: the file, for messages)."""
@@ -566,3 +577,31 @@ def datapath_variants(profile: str, dp: DPImpl) -> list[str]:
                         f"path; {sent}"]
     path = "separate" if dp.reads(profile) else "shared"
     return lines + [f"{dp.describe()}: its path is '{path}'; {sent}"]
+
+
+def reader_table_markdown() -> str:
+    """The reader table as the Markdown docs/all-gather-option.md holds (a unit test keeps
+    the page equal to it): one row per implementation, one column per profile, then the
+    call sites of Megatron that read the group, per profile."""
+    impls = [i for i in IMPLS if i != "unknown"]
+    head = "| implementation | " + " | ".join(f"{p} ({SHORT_PIN[p]})" for p in AG_PROFILES) + " |"
+    lines = [head, "|---" * (len(AG_PROFILES) + 1) + "|"]
+    for impl in impls:
+        cells = []
+        for p in AG_PROFILES:
+            r = row(p, impl)
+            if r is None:
+                cells.append("not in this release")
+            elif r.dense:
+                side = "`dp_cp_ag`" + (" and `ep_dp_ag`" if r.expert else "")
+                cells.append(f"reads {side} ({', '.join(r.sharding)})")
+            else:
+                cells.append("reads no AG group")
+        lines.append(f"| {IMPL_NAMES[impl]} | " + " | ".join(cells) + " |")
+    lines.append("")
+    for p in AG_PROFILES:
+        fsdp = row(p, "fsdp")
+        assert fsdp is not None
+        sites = sorted({f"`{s.path}` `{s.function}`" for s in fsdp.sites})
+        lines.append(f"- {PINNED[p]}, under `megatron/core/`: " + "; ".join(sites) + ".")
+    return "\n".join(lines)

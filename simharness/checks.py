@@ -39,7 +39,15 @@ from typing import Any
 
 import numpy as np
 
-from .ag_readers import AG_PROFILES, UNKNOWN, DPImpl, memory_case, memory_paid, option_off_sentence
+from .ag_readers import (
+    AG_PROFILES,
+    UNKNOWN,
+    DPImpl,
+    memory_case,
+    memory_paid,
+    no_effect_words,
+    option_off_sentence,
+)
 from .errors import GroupNotInitialized
 from .findings import Finding
 from .layout import LEAN_WORLD, PARTIAL_KINDS, Layout
@@ -617,7 +625,7 @@ def _ag_unread(w: _World, ag_kinds: list[str]) -> Finding | None:
     eager = w.launch == "eager"
     return Finding(
         "ag-unread", "warning" if eager else "info",
-        f"create_all_gather_group is on but {w.dp.sentence(profile)}"
+        f"create_all_gather_group is on: {no_effect_words(w.dp)}: {w.dp.sentence(profile)}"
         + (": memory for nothing" if eager else "")
         + f"; {memory_case(w.launch, False)}; turn the option off", (), tuple(ag_kinds))
 

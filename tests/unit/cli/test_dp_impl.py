@@ -161,7 +161,8 @@ def test_a_dist_opt_recipe_gets_no_effect_from_check_and_simulate(tmp_path):
     recipe = write(tmp_path, "distopt.yaml", "    " + DIST_OPT_DDP.replace("\n  ", "\n      "))
     out = " ".join(run("check", "--config", recipe).stdout.split())
     assert "DDP with the distributed optimizer (from " in out and "trainer.strategy.ddp" in out
-    assert "ag-unread" in out and ag_reader_sentence("0.19", "dist-opt") in out
+    assert "ag-unread: create_all_gather_group is on: no effect for the distributed optimizer: " \
+        in out and ag_reader_sentence("0.19", "dist-opt") in out
     sim = run("simulate", "--config", recipe, "--topology", "dgx-h100-superpod",
               "--model-bytes", "4GB", "--layers", 8, "--compute-ms", 1).stdout
     assert "schedule dist-opt (from " in sim

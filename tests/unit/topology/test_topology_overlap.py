@@ -411,3 +411,6 @@ def test_the_step_models_dist_opt_words_are_ag_readers_words():
     from simharness.step.report import DIST_OPT_WORDS
 
     assert ag_reader_sentence("0.19", "dist-opt") == DIST_OPT_WORDS
+    from simharness.ag_readers import DPImpl, no_effect_words
+
+    assert no_effect_words(DPImpl("dist-opt")) == "no effect for the distributed optimizer"
