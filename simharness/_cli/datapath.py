@@ -128,11 +128,11 @@ def replay_data_cmd(ctx, plan_path, capture_path, kind, steps, dense_buckets, ex
     elif not quiet:
         for line in summary_lines(report):
             if line.startswith("result:"):
+                for words in readers:  # who each variant stands for, before the result
+                    out.echo(out.dim(f"  {words}"))
                 line = out.style(line, fg="green" if report["exit_code"] == 0 else "red",
                                  bold=True)
             out.echo(line)
-        for line in readers:
-            out.echo(out.dim(f"  {line}"))
     ctx.exit(report["exit_code"])
 
 

@@ -63,3 +63,17 @@ def test_memory_cases(launch, read, paid):
     assert words.startswith("priced as ") and ("device_id" in words)
     with pytest.raises(ValueError):
         memory_case("soon", read)
+
+
+@pytest.mark.parametrize("impl,path", [("fsdp", "'separate'"), ("dist-opt", "'shared'"),
+                                       ("ddp", "neither variant"), ("unknown", None)])
+def test_replay_data_names_the_variant_of_the_implementation(impl, path):
+    from simharness.ag_readers import datapath_variants
+
+    lines = datapath_variants("0.19", DPImpl(impl))
+    assert lines[0].startswith("shared: ") and "distributed optimizer" in lines[0]
+    assert lines[1].startswith("separate: ") and "Megatron-FSDP" in lines[1]
+    if path is None:
+        assert "not known" in lines[2]
+    else:
+        assert path in lines[2]
