@@ -34,6 +34,16 @@ What the code says (megatron-core 0.16.1, 0.17.1, 0.18.2, 0.19.2 and main):
 * **Megatron-FSDP v2** (main only, ``megatron_fsdp_version=2``) builds its meshes
   from ``pg_collection.dp_cp`` / ``expt_dp`` and reads no AG group.
 
+The words every command prints live here too: :class:`DPImpl` (the user's implementation,
+from ``--dp-impl`` or a recipe's ``ddp:`` block, :func:`dp_impl_from_ddp_block`),
+:func:`all_gather_use` (inspect, diff, the summary), :func:`option_off_sentence` and
+:func:`no_effect_words` (check), :func:`datapath_variants` (replay-data),
+:func:`memory_case` (which memory case check, diff and simulate price: communicators
+created at a group's first collective, as Megatron-LM's ``megatron/training/initialize.py``
+``_initialize_distributed`` at main d98e8a64 leaves them by passing no ``device_id`` to
+``init_process_group``, or eagerly with ``device_id``), and :func:`reader_table_markdown`
+(docs/all-gather-option.md).
+
 Pure data and functions (no torch).
 
 >>> reads_ag_group("0.16", "fsdp", sharding="optim_grads_params")
