@@ -13,17 +13,17 @@ import math
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 
+from ..ag_readers import ag_reader_sentence
+from ..profiles import DEFAULT_MCORE
 from ..topology.comm_memory import CommMemoryInputs, comm_memory
 from ..topology.nccl_model import debug_lines, tune
 from .engine import Timeline, Unit
 from .pricing import ROLE_COLLECTIVE, ROLE_NAMES, JobGroups, Pricer
 
-# ag_readers.ag_reader_sentence(profile, "dist-opt") (the step model imports nothing of the
-# core; tests/unit/topology/test_topology_overlap.py holds the two equal). The CLI passes
-# the sentence of the job's implementation and profile as ``reader_words``.
-DIST_OPT_WORDS = ("nothing in DDP with the distributed optimizer reads dp_cp_ag: it gathers "
-                  "parameters on its reduce-scatter group (_ParamAndGradBucketGroup."
-                  "start_param_sync), so the option costs a communicator and buys nothing")
+# The words for the distributed optimizer when the caller passes none (the CLI passes the
+# sentence of the job's implementation and profile as ``reader_words``): said once, in
+# simharness.ag_readers.
+DIST_OPT_WORDS = ag_reader_sentence(DEFAULT_MCORE, "dist-opt")
 
 HBM_BYTES_PER_WIRE_BYTE = 3.0  # read source + read/write staging; ours, an estimate
 

@@ -410,7 +410,9 @@ def test_the_step_models_dist_opt_words_are_ag_readers_words():
     from simharness.ag_readers import ag_reader_sentence
     from simharness.step.report import DIST_OPT_WORDS
 
+    # the distributed optimizer gathers on its reduce-scatter group in every profile
     assert ag_reader_sentence("0.19", "dist-opt") == DIST_OPT_WORDS
+    assert "start_param_sync" in DIST_OPT_WORDS and "buys nothing" in DIST_OPT_WORDS
     from simharness.ag_readers import DPImpl, no_effect_words
 
     assert no_effect_words(DPImpl("dist-opt")) == "no effect for the distributed optimizer"
