@@ -15,7 +15,8 @@ from typing import Any
 
 import numpy as np
 
-from ..checks import check, config_differences
+from ..checks import check
+from ..config_diff import config_differences
 from ..errors import LayoutError
 from ..layout import Layout, build_layout
 
