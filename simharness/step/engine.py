@@ -12,7 +12,9 @@ the communicators that run at once:
 - *SMs*: an NCCL kernel holds one CTA per channel of its plan
   (:attr:`~simharness.topology.nccl_model.Estimate.n_channels`); compute runs at
   ``1 - (CTAs running) / SMs`` of its speed (only when the topology gives
-  ``[node] sms``);
+  ``[node] sms``), or, for a unit that states its kernel's CTAs
+  (:attr:`Unit.ctas`), at the ratio of its waves alone to its waves on the SMs
+  the collectives leave (:func:`wave_speed`: the tail effect of a one-wave GEMM);
 - *one launch queue*: with ``CUDA_DEVICE_MAX_CONNECTIONS=1`` every stream
   feeds one hardware queue in issue order: a collective waiting for its
   communicator's previous collective holds back every later kernel, *compute
@@ -39,6 +41,7 @@ reduce-scatter each, on one communicator and on two.
 from __future__ import annotations
 
 import itertools
+import math
 from collections import deque
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -70,6 +73,21 @@ class Unit:
     before: tuple[Coll, ...] = ()
     after: tuple[Coll, ...] = ()
     issue_with: int | tuple[int, ...] = -1  # one per ``before`` collective, or one for all
+    ctas: int = 0  # CTAs of the unit's kernel, when known (0: SMs shared as a fluid)
+
+
+def wave_speed(ctas: int, sms: int, held: int) -> float:
+    """Speed of a kernel of ``ctas`` CTAs (one per SM at a time) while collectives hold
+    ``held`` of the ``sms`` SMs: its waves alone over its waves on the SMs left.
+
+    A 132-CTA GEMM on an H100 (132 SMs) runs in one wave; beside a 24-CTA all-gather
+    the last 24 CTAs wait for a second one (the tail effect):
+
+    >>> wave_speed(132, 132, 24), round(1 - 24 / 132, 3)   # waves vs fluid
+    (0.5, 0.818)
+    """
+    free = max(sms - held, 1)
+    return math.ceil(ctas / sms) / math.ceil(ctas / free)
 
 
 @dataclass(frozen=True)
@@ -80,6 +98,7 @@ class Timeline:
     overlap_s: float  # time an all-gather and a reduce-scatter were both in flight
     shared_s: float   # time both moved data (sharing the links they both use)
     held_s: float = 0.0  # compute ready but held behind a queued collective (one launch queue)
+    compute_end_s: float = 0.0  # when the last unit's compute ended
 
 
 @dataclass
@@ -117,7 +136,7 @@ class _Engine:
         self.nxt = 0
         self.comp_left: float | None = None
         self.comp_seq: int | None = None
-        self.overlap = self.shared = self.held = 0.0
+        self.overlap = self.shared = self.held = self.compute_end = 0.0
         self.issue_prefetch(-1)
 
     def issue(self, colls, unit: int, before: bool) -> None:
@@ -167,7 +186,10 @@ class _Engine:
                 for q, cur in busy.items() if cur.phase == "bw"}
         finish = {q: cur.value if cur.phase == "lat" else self.t + cur.value / rate[q]
                   for q, cur in busy.items()}
-        speed = max(1.0 - self.sm_per_cta * sum(cur.coll.ctas for cur in busy.values()), 1e-3)
+        held = sum(cur.coll.ctas for cur in busy.values())
+        unit_ctas = self.units[self.nxt].ctas if self.comp_left is not None else 0
+        speed = wave_speed(unit_ctas, round(1.0 / self.sm_per_cta), held) \
+            if unit_ctas and self.sm_per_cta > 0 else max(1.0 - self.sm_per_cta * held, 1e-3)
         comp_end = None if self.comp_left is None else self.t + self.comp_left / speed
         events = list(finish.values()) + ([comp_end] if comp_end is not None else [])
         if not events:
@@ -192,6 +214,7 @@ class _Engine:
         self.t = t_next
         if self.comp_left is not None and self.comp_left <= 0.0:
             self.issue(self.units[self.nxt].after, self.nxt, False)
+            self.compute_end = t_next
             self.nxt += 1
             self.comp_left = self.comp_seq = None
         return True
@@ -216,7 +239,8 @@ def run_units(units: Sequence[Unit], queue_of: Mapping[str, str],
         raise RuntimeError("overlap model stopped early")
     total = sum(u.compute_s for u in units)
     return Timeline(step_s=e.t, compute_s=total, exposed_s=max(e.t - total, 0.0),
-                    overlap_s=e.overlap, shared_s=e.shared, held_s=e.held)
+                    overlap_s=e.overlap, shared_s=e.shared, held_s=e.held,
+                    compute_end_s=e.compute_end)
 
 
 # ------------------------------------------------------------------ the two-collective model
