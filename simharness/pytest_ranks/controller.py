@@ -319,7 +319,9 @@ class _Runner:
         world = self.spec.world_size
         for nodeid, by_rank in _tests_by_rank(recs, "test").items():
             if len(by_rank) == world and nodeid not in self.judged:
-                self.emit(verdict(nodeid, by_rank, world, after_stop=_after_stop(recs, nodeid)))
+                failed = any(rec.get("outcome") in ("failed", "error") for rec in by_rank.values())
+                self.emit(verdict(nodeid, by_rank, world,
+                                  after_stop=_after_stop(recs, nodeid) if failed else None))
 
     def round(self, rnd: _Round) -> bool:
         """Run one round; True when the run is over."""

@@ -361,8 +361,11 @@ class RankSession:
                 reason = _reason(rep)
         if outcome == "skipped" and any(getattr(r, "wasxfail", None) for r in reports):
             reason = "xfail: " + reason
-        stop = next((_reason(r) for r in reports if r.skipped
-                     and _reason(r).startswith(NEEDS_GPU_PREFIX)), None)
+        stops = [n for n, r in enumerate(reports)
+                 if r.skipped and _reason(r).startswith(NEEDS_GPU_PREFIX)]
+        fails = [n for n, r in enumerate(reports) if r.failed]
+        stop = _reason(reports[stops[0]]) if stops and (not fails or stops[0] < fails[0]) \
+            else None
         if stop is not None:  # it needs a GPU; what failed after the stop is its knock-on
             last = (longrepr.strip().splitlines() or [""])[-1].strip()
             then = f" (then its {outcome}: {last})" if outcome in ("failed", "error") else ""

@@ -124,3 +124,33 @@ def test_no_new_round_after_the_last_test_hung():
     runner = _Runner(RunSpec(("t.py",), 2), None)
     runner.judge_complete(recs)
     assert runner.judge_the_rest(rnd, recs, result, "/nonexistent") is False
+
+
+def _recorded(*reports):
+    """The ``test`` record the rank plugin writes for ``reports`` (setup, call, teardown)."""
+    from simharness.pytest_ranks.rank_plugin import RankSession
+
+    rank = object.__new__(RankSession)
+    written: list[dict] = []
+    rank.reports = {"t::x": list(reports)}
+    rank.index, rank.world, rank.skip_told = {"t::x": 0}, 1, set()
+    rank.write = lambda **rec: written.append(rec)
+    rank._record(SimpleNamespace(nodeid="t::x"), 0.5)
+    return written[0]
+
+
+def _rep(when, outcome, longrepr=""):
+    return SimpleNamespace(when=when, failed=outcome == "failed", skipped=outcome == "skipped",
+                           longrepr=longrepr)
+
+
+def test_a_teardown_that_fails_after_a_needs_gpu_stop_is_the_stop_s_knock_on():
+    stop = ("t.py", 3, "needs GPU: needs a real GPU: k at t.py")
+    rec = _recorded(_rep("setup", "passed"), _rep("call", "skipped", stop),
+                    _rep("teardown", "failed", "def teardown_class\nE   RuntimeError: gone"))
+    assert (rec["outcome"], rec["needs_gpu"]) == ("skipped", True)
+    assert rec["reason"] == stop[2] + " (then its error: E   RuntimeError: gone)"
+    # a failure before a stop stays the failure
+    rec = _recorded(_rep("setup", "passed"), _rep("call", "failed", "E   assert 1 == 2"),
+                    _rep("teardown", "skipped", stop))
+    assert (rec["outcome"], rec["needs_gpu"]) == ("failed", False)
