@@ -3,7 +3,8 @@
 Each rank of ``simharness run -- pytest`` appends JSON records to ``rank<R>.jsonl``
 (:mod:`simharness.pytest_ranks.rank_plugin`): ``test`` (one per test it finished), ``hang``
 (the test its watchdog stopped, with its stack), ``interrupted`` (the test Ctrl-C or ``pytest.exit``
-stopped part-way), ``collected``, ``collect_error``, ``end``.
+stopped part-way), ``skip`` (a skip of a test's setup or call, written as pytest reports it,
+before the teardown), ``collected``, ``collect_error``, ``end``.
 :func:`verdict` combines one test's records:
 
 - **skipped: needs GPU** when any rank stopped on ``NeedsGPU`` (the other ranks then fail
