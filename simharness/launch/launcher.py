@@ -95,17 +95,32 @@ class LaunchSpec:
         return (self.python, "-m", "simharness.launch.bootstrap", *shim, "--", *self.target)
 
 
+#: The signals torch's agent stops the other ranks with once one fails (SIGTERM, then
+#: SIGKILL after the grace): a rank killed by one of them did not fail on its own.
+STOP_SIGNALS = (signal.SIGTERM, signal.SIGKILL)
+
+
 @dataclass(frozen=True)
 class RankExit:
     """One rank's end: ``exitcode`` (negative: killed by that signal; torch's agent sends
-    SIGTERM to the other ranks once one fails), or None when its status was never seen."""
+    SIGTERM to the other ranks once one fails), or None when its status was never seen;
+    ``seen``: where torch's agent recorded this failure in its order (0 first; None for a
+    rank that did not fail). The agent polls every 0.1 s: the ranks that failed between two
+    polls are in rank order, and the ranks it then stopped come after them."""
 
     rank: int
     exitcode: int | None
+    seen: int | None = None
 
     @property
     def needs_gpu(self) -> bool:
         return self.exitcode == NEEDS_GPU_EXIT
+
+    @property
+    def failed_on_its_own(self) -> bool:
+        """Ended non-zero, and not by the signals the launcher stops ranks with."""
+        code = self.exitcode
+        return code is not None and code != 0 and -code not in STOP_SIGNALS
 
 
 @dataclass(frozen=True)
@@ -121,23 +136,37 @@ class LaunchResult:
         return self.signal is None and all(r.exitcode == 0 for r in self.ranks)
 
     @property
+    def first_failure(self) -> RankExit | None:
+        """The rank that failed first on its own (torch's agent order, see
+        :class:`RankExit`), else the first that ended non-zero; None when none did.
+
+        >>> LaunchResult((RankExit(0, 1, 1), RankExit(1, -15, 2), RankExit(2, 3, 0))
+        ...              ).first_failure.rank
+        2
+        """
+        bad = [r for r in self.ranks if r.exitcode not in (0, None)]
+        own = [r for r in bad if r.failed_on_its_own] or bad
+
+        def order(r: RankExit) -> tuple[int, int]:
+            return (len(self.ranks) if r.seen is None else r.seen, r.rank)
+        return min(own, key=order) if own else None
+
+    @property
     def exit_code(self) -> int:
-        """0 when every rank exited 0; else 128+signal of the launch, or the first rank's own
-        non-zero status (the root cause), or 128+N for the first rank killed by signal N.
+        """0 when every rank exited 0; else 128+signal of the launch, or the status of the
+        rank that failed first (the root cause, :attr:`first_failure`), 128+N for one killed
+        by signal N.
 
         >>> LaunchResult((RankExit(0, -15), RankExit(1, 3), RankExit(2, None))).exit_code
         3
         """
         if self.signal is not None:
             return 128 + self.signal
-        codes = [r.exitcode for r in self.ranks]
-        own = [c for c in codes if c is not None and c > 0]
-        if own:
-            return own[0]
-        killed = [c for c in codes if c is not None and c < 0]
-        if killed:
-            return 128 - killed[0]
-        return 0 if all(c == 0 for c in codes) else 1
+        first = self.first_failure
+        if first is not None:
+            code = first.exitcode or 1
+            return code if code > 0 else 128 - code
+        return 0 if all(r.exitcode == 0 for r in self.ranks) else 1
 
 
 # What torch's agent changes in the calling process and never puts back: it sets
@@ -246,7 +275,9 @@ def _local_addr(spec: LaunchSpec, endpoint: str) -> str | None:
 
 
 def _exits(spec: LaunchSpec, failures: Mapping[int, object]) -> tuple[RankExit, ...]:
-    """Exits from torch's failures; on one node, the other ranks are None (stopped)."""
+    """Exits from torch's failures, in the order the agent recorded them (``seen``); on one
+    node, the other ranks are None (stopped)."""
     codes = {rank: int(getattr(f, "exitcode", 1)) for rank, f in failures.items()}
+    seen = {rank: n for n, rank in enumerate(failures)}
     ranks = range(spec.world_size) if spec.nnodes == 1 else sorted(codes)
-    return tuple(RankExit(r, codes.get(r)) for r in ranks)
+    return tuple(RankExit(r, codes.get(r), seen.get(r)) for r in ranks)

@@ -10,6 +10,7 @@ on. Verdicts are printed as soon as every rank has finished a test.
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import tempfile
 import threading
@@ -31,7 +32,7 @@ from .rank_plugin import (
     GRACE_S,
     HANG_EXIT,
 )
-from .verdicts import Verdict, _span, exit_code, not_started, read_records, verdict
+from .verdicts import STOPPED, Verdict, _span, exit_code, not_started, read_records, verdict
 
 #: Extra MiB per rank over this process's own RSS (torch imported): pytest, the test
 #: modules, gloo's buffers and threads. Measured peaks are printed after each run.
@@ -179,15 +180,52 @@ def _order(recs: dict[int, list[dict]]) -> list[str] | None:
 
 
 def _first_error(recs: dict[int, list[dict]]) -> str | None:
+    """What stopped the collection: a file that failed to collect (on any rank: an
+    ``ImportError`` on one rank also makes its tests differ from the others'), else ranks
+    that collected other tests.
+
+    >>> err = {"kind": "collect_error", "nodeid": "t.py", "longrepr": "t.py:1: in <module>\\n"
+    ...        "    import x\\nE   ModuleNotFoundError: No module named 'x'"}
+    >>> _first_error({0: [{"kind": "mismatch", "ranks": [1]}], 1: [err]})[:50]
+    'collecting t.py failed on ranks 1 (ranks 0 collect'
+    """
+    errors: dict[str, dict[int, str]] = {}
     for r in sorted(recs):
         for row in recs[r]:
             if row.get("kind") == "collect_error":
-                tail = " | ".join(str(row.get("longrepr", "")).strip().splitlines()[-3:])
-                return f"collecting {row.get('nodeid') or 'the tests'} failed on rank {r}: {tail}"
+                errors.setdefault(row.get("nodeid") or "the tests", {})[r] = \
+                    str(row.get("longrepr", ""))
+    if errors:
+        nodeid, by_rank = next(iter(errors.items()))
+        r0 = min(by_rank)
+        tail = _error_tail(by_rank[r0])
+        others = sorted(set(recs) - set(by_rank))
+        fine = f" (ranks {_span(others)} collected it)" if others else ""
+        more = f"; {len(errors) - 1} more file(s) failed to collect" if len(errors) > 1 else ""
+        return f"collecting {nodeid} failed on ranks {_span(by_rank)}{fine}: rank {r0}: " \
+               f"{tail}{more}"
+    for r in sorted(recs):
+        for row in recs[r]:
             if row.get("kind") == "mismatch":
-                return (f"ranks {row.get('ranks')} collected other tests than rank 0 "
-                        f"(parametrisation or skips that depend on the rank or on hash order)")
+                return (f"ranks {_span(row.get('ranks') or [])} collected other tests than "
+                        f"rank 0 (parametrisation or skips that depend on the rank or on "
+                        f"hash order)")
     return None
+
+
+def _error_tail(longrepr: str) -> str:
+    """The lines of a collection error that say what failed, on one line: pytest's ``E``
+    lines and the ``file:line: in ...`` line before them (else the last three lines).
+
+    >>> _error_tail("t.py:3: in <module>\\n    import x\\n    ^^^^\\nE   ImportError: no x")
+    't.py:3: in <module> | E   ImportError: no x'
+    """
+    lines = longrepr.strip().splitlines()
+    errors = [ln.rstrip() for ln in lines if ln.startswith("E ")]
+    if not errors:
+        return " | ".join(ln.strip() for ln in lines[-3:])
+    where = [ln.strip() for ln in lines if re.match(r"\S+:\d+: in ", ln)]
+    return " | ".join(where[-1:] + errors[-3:])
 
 
 def _stderr_tail(log_dir: str, local_rank: int, lines: int = 15) -> str:
@@ -201,24 +239,31 @@ def _stderr_tail(log_dir: str, local_rank: int, lines: int = 15) -> str:
 
 def _lost(result: LaunchResult, have: set[int], world: int, log_dir: str,
           nproc: int) -> dict[int, str]:
-    """Ranks without a record for the test the round ended in, and why."""
-    codes = {x.rank: x.exitcode for x in result.ranks}
-    out = {}
+    """Ranks without a record for the test the round ended in, and why: first those that
+    failed on their own, in the order they failed, then the ranks the launcher stopped."""
+    exits = {x.rank: x for x in result.ranks}
+    first = result.first_failure
+    own, stopped = {}, {}
     for r in range(world):
         if r in have:
             continue
-        code = codes.get(r)
+        x = exits.get(r)
+        code = None if x is None else x.exitcode
         if code is None:
-            why = "ended without a report (its exit status was not seen)"
-        elif code < 0:
-            why = f"killed by signal {-code} (the launcher stops the others when one ends)"
+            stopped[r] = (f"{STOPPED} when another rank ended (its exit status was not "
+                          f"seen)" if first is not None else
+                          "ended without a report (its exit status was not seen)")
+        elif x is not None and not x.failed_on_its_own:
+            stopped[r] = f"{STOPPED} (signal {-code}) when another rank ended"
         else:
-            why = f"exited with status {code} during the test"
+            why = (f"killed by signal {-code}" if code < 0 else f"exited with status {code}")
+            why += " during the test" + (" (the first rank to fail)" if x is first else "")
             tail = _stderr_tail(log_dir, r % nproc)
             if tail:
                 why += f"; its stderr ends:\n{tail}"
-        out[r] = why
-    return out
+            own[r] = why
+    order = {x.rank: (len(exits) if x.seen is None else x.seen) for x in result.ranks}
+    return {r: own[r] for r in sorted(own, key=lambda r: (order.get(r, world), r))} | stopped
 
 
 def run_pytest(spec: RunSpec, on_verdict: Callable[[Verdict], None] | None = None,
@@ -274,7 +319,9 @@ class _Runner:
         world = self.spec.world_size
         for nodeid, by_rank in _tests_by_rank(recs, "test").items():
             if len(by_rank) == world and nodeid not in self.judged:
-                self.emit(verdict(nodeid, by_rank, world))
+                failed = any(rec.get("outcome") in ("failed", "error") for rec in by_rank.values())
+                self.emit(verdict(nodeid, by_rank, world,
+                                  after_stop=_after_stop(recs, nodeid) if failed else None))
 
     def round(self, rnd: _Round) -> bool:
         """Run one round; True when the run is over."""
@@ -306,7 +353,7 @@ class _Runner:
         self.judge_complete(recs)
         for r, rows in recs.items():
             for row in rows:
-                if row.get("kind") == "end" and row.get("peak_rss_kib"):
+                if row.get("kind") in ("end", "hang") and row.get("peak_rss_kib"):
                     self.peaks[r] = max(self.peaks.get(r, 0), int(row["peak_rss_kib"]))
                 if row.get("kind") == "end" and r == 0:
                     self.ignored.update(row.get("shim_ignored") or [])
@@ -345,6 +392,9 @@ class _Runner:
             return True
         hangs = _tests_by_rank(recs, "hang").get(stuck_on, {})
         tests = _tests_by_rank(recs, "test").get(stuck_on, {})
+        # a rank that skipped (NeedsGPU) and was stopped in the teardown that followed
+        for r, row in _tests_by_rank(recs, "skip").get(stuck_on, {}).items():
+            tests.setdefault(r, {**row, "outcome": "skipped"})
         if not hangs and len(tests) < world and all(x.exitcode == 0 for x in result.ranks):
             raise RunError(f"every rank ended but {stuck_on} has no report from ranks "
                            f"{sorted(set(range(world)) - set(tests))}")
@@ -352,11 +402,33 @@ class _Runner:
                    for r, rec in _tests_by_rank(recs, "interrupted").get(stuck_on, {}).items()}
         lost = {} if hangs else {**_lost(result, set(tests) | set(stopped), world, log_dir,
                                          spec.nproc_per_node), **stopped}
-        self.emit(verdict(stuck_on, tests, world, hangs=hangs, lost=lost))
+        self.emit(verdict(stuck_on, tests, world, hangs=hangs, lost=lost,
+                          after_stop=_after_stop(recs, stuck_on)))
         if stopped:  # pytest.exit ends the session, as pytest itself does: no more rounds
             self.not_run = len(pending) - 1
             return True
-        return False
+        return len(pending) == 1  # it was the last test: no new round for nothing
+
+
+def _after_stop(recs: dict[int, list[dict]], nodeid: str) -> tuple[str, list[int]] | None:
+    """The last test before ``nodeid`` in this round's processes that stopped on
+    ``NeedsGPU`` on some ranks, with those ranks (None when there is none).
+
+    >>> stop = {"kind": "skip", "i": 0, "nodeid": "t::a", "needs_gpu": True}
+    >>> _after_stop({0: [stop, {"kind": "test", "i": 1, "nodeid": "t::b"}], 1: [stop]}, "t::b")
+    ('t::a', [0, 1])
+    """
+    here = max((int(row["i"]) for rows in recs.values() for row in rows
+                if row.get("nodeid") == nodeid and isinstance(row.get("i"), int)), default=-1)
+    stops: dict[tuple[int, str], list[int]] = {}
+    for r, rows in recs.items():
+        for row in rows:
+            if row.get("kind") == "skip" and row.get("needs_gpu") and -1 < row["i"] < here:
+                stops.setdefault((row["i"], row["nodeid"]), []).append(r)
+    if not stops:
+        return None
+    last = max(stops)
+    return last[1], sorted(stops[last])
 
 
 def _collection_hang(recs: dict[int, list[dict]], timeout_s: float) -> None:
@@ -393,11 +465,20 @@ def _poll(rnd: _Round, judge: Callable[[dict[int, list[dict]]], None],
 
 
 def _no_collection(result: LaunchResult, log_dir: str, nproc: int) -> str:
-    bad = [x for x in result.ranks if x.exitcode not in (0, None)]
-    first = bad[0] if bad else (result.ranks[0] if result.ranks else None)
+    """Why no rank reported its tests: the rank that failed first (not the lowest: the
+    others are often stopped by the launcher because of it), with the end of its stderr."""
+    first = result.first_failure or (result.ranks[0] if result.ranks else None)
     if first is None:
         return "no rank started (see the launcher's messages above)"
     tail = _stderr_tail(log_dir, first.rank % nproc, lines=8)
-    what = "hung" if first.exitcode == HANG_EXIT else f"exited with status {first.exitcode}"
-    return (f"rank {first.rank} {what} before collecting any test"
+    code = first.exitcode
+    what = ("hung" if code == HANG_EXIT else f"was killed by signal {-code}"
+            if code is not None and code < 0 else f"exited with status {code}")
+    also = sorted(x.rank for x in result.ranks if x.failed_on_its_own and x is not first)
+    stopped = sorted(x.rank for x in result.ranks
+                     if x is not first and x.exitcode != 0 and not x.failed_on_its_own)
+    after = "".join([f"; ranks {_span(also)} failed too" if also else "",
+                     f"; the launcher then stopped ranks {_span(stopped)}" if stopped else ""])
+    first_of = " (the first to fail)" if also or stopped else ""
+    return (f"rank {first.rank} {what}{first_of} before collecting any test{after}"
             + (f"; its stderr ends: {' | '.join(tail.strip().splitlines())}" if tail else ""))

@@ -8,7 +8,10 @@ Each rank runs pytest in its own interpreter (torch and the test modules importe
   tests;
 - starts each test together with the other ranks (a barrier on the store), so one test's
   collectives meet;
-- turns :class:`simharness.errors.NeedsGPU` into a skip ``needs GPU: ...``;
+- turns :class:`simharness.errors.NeedsGPU` into a skip ``needs GPU: ...``; a skip (of the
+  setup or the call) is recorded and counted on the store as soon as pytest reports it, as
+  a ``skip`` record, before the test's teardown runs: a teardown that then waits for the
+  other ranks (``teardown_class`` with a barrier) cannot hide it;
 - after each test, destroys the process groups the test created (gloo groups left alive
   pile up threads and sockets; Megatron's teardown drops them without destroying);
 - appends one JSON record per test to ``<dir>/rank<R>.jsonl``; a test that Ctrl-C (the
@@ -130,7 +133,7 @@ class Watchdog(threading.Thread):
             stack = _user_stack(thread_stack(self.main_ident))
             self.session.write(kind="hang", stack=stack,
                                elapsed=round(time.monotonic() - info.pop("armed", 0.0), 3),
-                               **info)
+                               peak_rss_kib=_peak_rss_kib(), **info)
             os._exit(HANG_EXIT)
 
     def _diverged(self, info: dict[str, Any], skip_seen: dict[int, float]) -> bool:
@@ -166,6 +169,8 @@ class RankSession:
         self.last: str | None = None  # the node id of the last test this rank finished
         self.index: dict[str, int] = {}
         self.reports: dict[str, list[pytest.TestReport]] = {}
+        self.skip_told: set[int] = set()  # the tests whose skip is already on the store
+        self.collect_errors = 0
         self.lock = threading.Lock()  # the watchdog thread writes too
         self.watchdog = Watchdog(self)
         self.watchdog.start()
@@ -253,18 +258,23 @@ class RankSession:
                           state="waiting-for-collection")
         if self.world > 1:  # also with no test: the others wait for this rank's digest
             store = self._store()
-            store.set(f"collect/{self.rank}", digest)
+            errors = "E" if self.collect_errors else ""  # a rank that could not import a file
+            store.set(f"collect/{self.rank}", errors + digest)
             others = {r: store.get(f"collect/{r}").decode() for r in range(self.world)}
+            failed = sorted(r for r, d in others.items() if d.startswith("E"))
             differ = sorted(r for r, d in others.items() if d != others[0])
-            if differ:
-                self.write(kind="mismatch", ranks=differ)
+            if failed or differ:
+                self.write(kind="mismatch", ranks=differ, failed=failed)
                 raise pytest.UsageError(
+                    f"collecting the tests failed on ranks {failed} (see their errors)"
+                    if failed else
                     f"ranks {differ} collected other tests than rank 0 (parametrisation or "
                     f"skip conditions that depend on the rank or on hash order)")
         self.watchdog.disarm()
 
     def pytest_collectreport(self, report: pytest.CollectReport) -> None:
         if report.failed:
+            self.collect_errors += 1
             self.write(kind="collect_error", nodeid=report.nodeid,
                        longrepr=str(report.longrepr))
 
@@ -317,6 +327,26 @@ class RankSession:
 
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
         self.reports.setdefault(report.nodeid, []).append(report)
+        if report.skipped and report.when in ("setup", "call") and not self.diverged:
+            self._tell_skip(report)
+
+    def _tell_skip(self, report: pytest.TestReport) -> None:
+        """Record a skip of the setup or the call now, before the teardown: the teardown
+        may wait for ranks that are still inside the test (``teardown_class`` with a
+        barrier), and they for this one."""
+        i = self.index.get(report.nodeid, -1)
+        if i in self.skip_told:
+            return
+        self.skip_told.add(i)
+        reason = _reason(report)
+        gpu = reason.startswith(NEEDS_GPU_PREFIX)
+        self.write(kind="skip", i=i, nodeid=report.nodeid, when=report.when, reason=reason,
+                   needs_gpu=gpu)
+        # not "running" any more: this rank waits for nothing it started; a peer that is
+        # still inside the test past the grace is what diverged
+        self.watchdog.update(state="skipped", **({"needs_gpu": reason} if gpu else {}))
+        if self.world > 1:
+            self._store().add(f"skip/{i}", 1)  # a peer still inside it waits for nothing
 
     def _record(self, item: pytest.Item, duration: float) -> None:
         reports = self.reports.pop(item.nodeid, [])
@@ -328,17 +358,25 @@ class RankSession:
                 break
             if rep.skipped and outcome == "passed":
                 outcome = "skipped"
-                lr = rep.longrepr
-                reason = str(lr[2] if isinstance(lr, tuple) and len(lr) == 3 else lr)
+                reason = _reason(rep)
         if outcome == "skipped" and any(getattr(r, "wasxfail", None) for r in reports):
             reason = "xfail: " + reason
+        stops = [n for n, r in enumerate(reports)
+                 if r.skipped and _reason(r).startswith(NEEDS_GPU_PREFIX)]
+        fails = [n for n, r in enumerate(reports) if r.failed]
+        stop = _reason(reports[stops[0]]) if stops and (not fails or stops[0] < fails[0]) \
+            else None
+        if stop is not None:  # it needs a GPU; what failed after the stop is its knock-on
+            last = (longrepr.strip().splitlines() or [""])[-1].strip()
+            then = f" (then its {outcome}: {last})" if outcome in ("failed", "error") else ""
+            outcome, reason, longrepr = "skipped", stop + then, ""
         i = self.index.get(item.nodeid, -1)
         self.write(kind="test", i=i, nodeid=item.nodeid,
                    outcome=outcome, longrepr=longrepr, reason=reason,
-                   needs_gpu=outcome == "skipped" and reason.startswith(NEEDS_GPU_PREFIX),
-                   duration=round(duration, 4))
+                   needs_gpu=stop is not None, duration=round(duration, 4))
         self.last = item.nodeid
-        if outcome == "skipped" and self.world > 1:
+        if outcome == "skipped" and self.world > 1 and i not in self.skip_told:
+            self.skip_told.add(i)
             self._store().add(f"skip/{i}", 1)  # a peer still inside it waits for nothing
 
     # -- the end --------------------------------------------------------------------------
@@ -361,6 +399,12 @@ class RankSession:
             # that torch's agents all succeed and none waits in the exit barrier for one
             # whose ranks "failed" (several nodes)
             session.exitstatus = 0
+
+
+def _reason(report: pytest.TestReport) -> str:
+    """A skip report's reason (pytest keeps ``(path, line, reason)``)."""
+    lr = report.longrepr
+    return str(lr[2] if isinstance(lr, tuple) and len(lr) == 3 else lr)
 
 
 def _user_stack(stack: traceback.StackSummary) -> str:

@@ -3,16 +3,21 @@
 Each rank of ``simharness run -- pytest`` appends JSON records to ``rank<R>.jsonl``
 (:mod:`simharness.pytest_ranks.rank_plugin`): ``test`` (one per test it finished), ``hang``
 (the test its watchdog stopped, with its stack), ``interrupted`` (the test Ctrl-C or ``pytest.exit``
-stopped part-way), ``collected``, ``collect_error``, ``end``.
+stopped part-way), ``skip`` (a skip of a test's setup or call, written as pytest reports it,
+before the teardown), ``collected``, ``collect_error``, ``end``.
 :func:`verdict` combines one test's records:
 
 - **skipped: needs GPU** when any rank stopped on ``NeedsGPU`` (the other ranks then fail
-  or wait for it, which is not the test's fault);
+  or wait for it, which is not the test's fault), also a rank that was stopped in the
+  test's teardown after its stop (its ``skip`` record, written when the stop was reported);
 - **diverged** when the ranks did not all run it: some skipped it and the others were still
   inside it a grace period later (their watchdogs stopped them, ``state: diverged``), or
   (:func:`not_started`) a rank's session had ended before it;
 - **hung** when any rank's watchdog fired in it (stuck ranks named, with their stacks);
-- **failed** when any rank failed or errored (the first failing rank and its traceback);
+- **failed** when any rank failed or errored (the first failing rank and its traceback; a
+  rank that died in the test on its own comes first, see ``lost``), with a hint when the
+  same ranks stopped on ``NeedsGPU`` in an earlier test (``after_stop``): that test's own
+  clean-up did not run;
 - **skipped** when every rank skipped, or some skipped and the rest passed (ranks named);
 - **passed** only when it passed on every rank.
 
@@ -35,6 +40,8 @@ from dataclasses import dataclass
 
 OUTCOMES = ("passed", "failed", "skipped", "hung", "diverged")
 NEEDS_GPU_PREFIX = "needs GPU: "
+#: How a ``lost`` reason starts for a rank the launcher stopped (it did not fail itself).
+STOPPED = "stopped by the launcher"
 
 
 @dataclass(frozen=True)
@@ -61,17 +68,31 @@ class Verdict:
 
 def verdict(nodeid: str, records: Mapping[int, Mapping], world: int,
             hangs: Mapping[int, Mapping] | None = None,
-            lost: Mapping[int, str] | None = None) -> Verdict:
+            lost: Mapping[int, str] | None = None,
+            after_stop: tuple[str, Iterable[int]] | None = None) -> Verdict:
     """Combine one test's per-rank ``records`` (rank -> test record) and ``hangs``
-    (rank -> hang record); ``lost`` (rank -> why) names ranks that ended without a record."""
+    (rank -> hang record); ``lost`` (rank -> why) names ranks that ended without a record,
+    those that failed on their own first, in the order they failed; ``after_stop``: (the
+    test, its ranks) of the last ``NeedsGPU`` stop before this test in the same processes.
+
+    >>> v = verdict("t::b", {0: {"outcome": "failed", "longrepr": "E x"}}, 1,
+    ...             after_stop=("t::a", [0]))
+    >>> v.detail.splitlines()[0][:58]
+    'after a needs-GPU stop in t::a on ranks 0: global state th'
+    """
     hangs = hangs or {}
     lost = lost or {}
     duration = max([float(r.get("duration") or 0.0) for r in records.values()]
                    + [float(h.get("elapsed") or 0.0) for h in hangs.values()] + [0.0])
     gpu = sorted(r for r, rec in records.items() if rec.get("needs_gpu"))
     if gpu:
-        return Verdict(nodeid, "skipped", tuple(gpu), gpu[0],
-                       str(records[gpu[0]].get("reason") or "needs GPU"), duration, True)
+        reason = str(records[gpu[0]].get("reason") or "needs GPU")
+        held = sorted(r for r, h in hangs.items() if h.get("state") in ("running", "diverged"))
+        if held:  # ranks left waiting for the stopped ones (a collective, a barrier)
+            reason += (f" (on ranks {_span(gpu)}; ranks {_span(held)} were still inside the "
+                       f"test {max(float(hangs[r].get('elapsed') or 0.0) for r in held):.1f}s"
+                       f" after it started, waiting for them, and were stopped)")
+        return Verdict(nodeid, "skipped", tuple(gpu), gpu[0], reason, duration, True)
     diverged = sorted(r for r, h in hangs.items() if h.get("state") == "diverged")
     if diverged:
         return _skip_diverged(nodeid, records, hangs, diverged, world, duration)
@@ -86,15 +107,18 @@ def verdict(nodeid: str, records: Mapping[int, Mapping], world: int,
         return Verdict(nodeid, "hung", tuple(stuck), stuck[0], "\n".join(parts), duration)
     failing = sorted(r for r, rec in records.items() if rec.get("outcome") in ("failed", "error"))
     if failing or lost:
+        detail = ""
         if failing:
             r0 = failing[0]
             detail = str(records[r0].get("longrepr") or "")
             if records[r0].get("outcome") == "error":
                 detail = "error in setup or teardown\n" + detail
-        else:
-            r0 = min(lost)
-            detail = ""
-        extra = [f"rank {r}: {why}" for r, why in sorted(lost.items())]
+        died = [r for r, why in lost.items() if not why.startswith(STOPPED)]
+        if died or not failing:  # a rank that died in the test: the failures may follow it
+            r0 = (died or list(lost))[0]
+        extra = [f"rank {r}: {why}" for r, why in lost.items()]
+        if after_stop is not None:
+            extra.insert(0, knock_on_hint(*after_stop))
         return Verdict(nodeid, "failed", tuple(sorted(set(failing) | set(lost))), r0,
                        "\n".join([*extra, detail]).strip(), duration)
     skipped = sorted(r for r, rec in records.items() if rec.get("outcome") == "skipped")
@@ -120,6 +144,19 @@ def _skip_diverged(nodeid: str, records: Mapping[int, Mapping], hangs: Mapping[i
     for r in diverged:
         parts.append(f"--- rank {r} stack ---\n{hangs[r].get('stack', '').rstrip()}")
     return Verdict(nodeid, "diverged", tuple(diverged), diverged[0], "\n".join(parts), duration)
+
+
+def knock_on_hint(stopped_in: str, ranks: Iterable[int]) -> str:
+    """The line a failure gets when an earlier test in the same rank processes stopped on
+    ``NeedsGPU``: the stop skipped the rest of that test, its clean-up included.
+
+    >>> knock_on_hint("t.py::test_a", [0, 1, 2, 3])[:54]
+    'after a needs-GPU stop in t.py::test_a on ranks 0-3: g'
+    """
+    return (f"after a needs-GPU stop in {stopped_in} on ranks {_span(ranks)}: global state "
+            f"that test set up (Megatron's parallel state, its microbatch calculator, RNG "
+            f"trackers) may be left behind, since the rest of it, its clean-up included, did "
+            f"not run; run this test alone (-k) to see whether it fails by itself")
 
 
 def not_started(nodeid: str, waiting: Mapping[int, Mapping], world: int) -> Verdict:
@@ -188,20 +225,33 @@ def counts(verdicts: Iterable[Verdict]) -> dict[str, int]:
 
 
 def junit_xml(verdicts: Iterable[Verdict], *, name: str = "simharness-run",
-              wall_s: float = 0.0, world: int = 1) -> str:
-    """JUnit XML (one ``testcase`` per test, classname/name from the node id).
+              wall_s: float = 0.0, world: int = 1, reason: str | None = None,
+              error: str | None = None) -> str:
+    """JUnit XML (one ``testcase`` per test, classname/name from the node id). A run that
+    judged no test still gets a file: ``reason`` says why (no test selected), ``error``
+    what stopped it (a collection error), as pytest's own file has an ``error`` for it.
 
     >>> x = junit_xml([Verdict("a/t.py::C::test_x", "failed", (1,), 1, "boom", 0.5)])
     >>> 'classname="a.t.C" name="test_x"' in x and 'failures="1"' in x
+    True
+    >>> 'tests="0" failures="0" errors="1"' in junit_xml([], error="collecting t.py failed")
     True
     """
     vs = list(verdicts)
     c = counts(vs)
     suite = ET.Element("testsuite", name=name, tests=str(len(vs)),
-                       failures=str(c["failed"] + c["hung"] + c["diverged"]), errors="0",
+                       failures=str(c["failed"] + c["hung"] + c["diverged"]),
+                       errors="1" if error else "0",
                        skipped=str(c["skipped"]), time=f"{wall_s:.3f}")
     props = ET.SubElement(suite, "properties")
     ET.SubElement(props, "property", name="world_size", value=str(world))
+    if reason or error:
+        ET.SubElement(props, "property", name="reason", value=str(error or reason))
+    if error:
+        case = ET.SubElement(suite, "testcase", classname="", name="(collection)", time="0")
+        ET.SubElement(case, "error", message="collection failure").text = error
+    elif reason:
+        ET.SubElement(suite, "system-out").text = reason
     for v in vs:
         path, _, rest = v.nodeid.partition("::")
         parts = rest.split("::") if rest else [os.path.basename(path)]

@@ -395,7 +395,8 @@ def test_gpu_style_script_runs_unedited_on_four_cpu_ranks(monkeypatch):
     NeedsGPU (exit 77). The environment is torchrun's, and each rank its own hash seed."""
     monkeypatch.setenv("NCCL_ALGO", "Ring")  # an NCCL setting: gloo ignores it, and says so
     res, text = launch_in_child([str(SCRIPTS / "gpu_style.py"), "--stream"], 4)
-    # the agent stops the others once it sees the first rank's 77 (they may be exiting too)
+    # the agent stops the others once it sees the first rank's 77 (they may be exiting too);
+    # the script waits in a barrier after its prints, so every rank has printed its lines
     codes = dict(res["ranks"])
     assert sorted(codes) == [0, 1, 2, 3] and NEEDS_GPU_EXIT in codes.values(), text
     assert set(codes.values()) <= {NEEDS_GPU_EXIT, -15, None}, text
@@ -416,8 +417,10 @@ def test_gpu_style_script_runs_unedited_on_four_cpu_ranks(monkeypatch):
         parsed = RankEnv.from_environ(env)
         assert (parsed.rank, parsed.local_rank, parsed.world_size, parsed.master_addr) == \
             (int(r), int(r), 4, "127.0.0.1")
-    assert len(re.findall(r"error: needs a real GPU: torch.cuda.Stream at .*gpu_style.py:\d+",
-                          text)) == 4, text
+    # a rank the launcher stopped after the first 77 may not have printed its stop
+    stops = set(re.findall(r"\[rank(\d)\]:error: needs a real GPU: torch.cuda.Stream at "
+                           r".*gpu_style.py:\d+", text))
+    assert {str(r) for r, c in codes.items() if c == NEEDS_GPU_EXIT} <= stops, text
     ignored = re.findall(r"\[rank0\]:simharness shim: ignored \(GPU-only, not run on CPU\): (.*)",
                          text)
     assert len(ignored) == 1 and "[rank1]:simharness shim" not in text, text

@@ -1,0 +1,106 @@
+"""``simharness run`` names the true cause (issue 25, "wrong verdicts"): a needs-GPU stop
+followed by a waiting teardown, a knock-on failure after a stop, a collection error on one
+rank, the first rank to fail, a JUnit file when nothing was judged, no round for nothing.
+
+Fixtures: tests/fixtures/run/stop_cases.py, import_error_on_rank_1.py,
+fails_first_on_rank_1.py.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+import xml.etree.ElementTree as ET
+
+from support.paths import ROOT
+
+STOPS = "tests/fixtures/run/stop_cases.py"
+IMPORT_ERROR = "tests/fixtures/run/import_error_on_rank_1.py"
+TIMEOUT = 240
+
+
+def simharness(*args: str) -> subprocess.CompletedProcess:
+    env = dict(os.environ)
+    env["PYTHONPATH"] = str(ROOT) + os.pathsep + env.get("PYTHONPATH", "")
+    return subprocess.run([sys.executable, "cli.py", *args], cwd=ROOT, env=env,
+                          capture_output=True, text=True, timeout=TIMEOUT)
+
+
+def test_needs_gpu_stops_their_knock_on_and_a_last_hang(tmp_path):
+    """One launch of stop_cases.py on 2 ranks (--timeout 30, --diverge-grace 2)."""
+    junit = tmp_path / "out.xml"
+    out = simharness("run", "-n", "2", "--timeout", "30", "--diverge-grace", "2",
+                     "--junit-xml", str(junit), "--", "pytest", "-q", "-p", "no:randomly",
+                     STOPS)
+    text = out.stdout
+    assert out.returncode == 1, text + out.stderr
+    got = re.findall(r"^(PASSED|FAILED|SKIPPED|HUNG|DIVERGED)\s+([\d.]+)s\s+\S+::(\w+)",
+                     text, re.M)
+    assert [(label, name) for label, _, name in got] == [
+        ("SKIPPED", "test_stop_leaves_state_behind"),
+        ("FAILED", "test_fails_on_the_state_left_behind"),
+        ("SKIPPED", "test_stops_on_rank_1_only"),
+        ("HUNG", "test_last_test_hangs")], text
+    # a: rank 1 stopped, then waited in teardown_class's barrier for rank 0, which waited in
+    # the test for rank 1: needs GPU after the grace, far inside the 30 s timeout
+    assert float(got[2][1]) < 20, text
+    assert re.search(r"::test_stops_on_rank_1_only  needs GPU: needs a real GPU: a fused kernel"
+                     r" at stop_cases.py .*\(on ranks 1; ranks 0 were still inside the test "
+                     r"[\d.]+s after it started, waiting for them, and were stopped\)$",
+                     text, re.M), text
+    # b: the failure that follows a stop says so, then gives its own traceback
+    detail = text.split("::test_fails_on_the_state_left_behind", 1)[1].splitlines()
+    assert detail[1].strip().startswith(
+        f"after a needs-GPU stop in {STOPS}::test_stop_leaves_state_behind on ranks 0-1: "
+        f"global state that test set up"), text
+    assert "AssertionError: global state already set: {'num_microbatches': 4}" in text
+    # f: the last test hung; no round is started for nothing (round 2 was for that test)
+    assert "(2 round(s))" in text and "round 3" not in out.stderr, text + out.stderr
+    assert "2 skipped (2 need a GPU), 1 hung" in text
+    assert re.search(r"peak RSS per rank \d+ MiB", text), text
+    suite = ET.parse(junit).getroot()
+    assert (suite.get("tests"), suite.get("failures"), suite.get("skipped")) == ("4", "2", "2")
+
+
+def test_an_import_error_on_one_rank_is_named_with_its_text(tmp_path):
+    """c and e: the error line names the file, the rank and the ImportError (it once said
+    "ranks [1] collected other tests than rank 0"), and the JUnit file holds it."""
+    junit = tmp_path / "out.xml"
+    out = simharness("run", "-n", "2", "--junit-xml", str(junit), "--", "pytest", "-q", "-p",
+                     "no:randomly", IMPORT_ERROR)
+    errors = [ln for ln in out.stderr.splitlines() if ln.startswith("error:")]
+    assert out.returncode == 2, out.stdout + out.stderr
+    assert len(errors) == 1, out.stderr
+    assert errors[0].startswith(f"error: collecting {IMPORT_ERROR} failed on ranks 1 (ranks 0 "
+                                f"collected it): rank 1: "), errors
+    assert re.search(r"import_error_on_rank_1.py:\d+: in <module> \| E\s+ModuleNotFoundError: "
+                     r"No module named 'simharness_no_such_module_on_rank_1'$", errors[0]), errors
+    assert "collected other tests" not in errors[0]
+    suite = ET.parse(junit).getroot()
+    assert (suite.get("tests"), suite.get("errors")) == ("0", "1")
+    assert "ModuleNotFoundError" in next(suite.iter("error")).text
+
+
+def test_no_test_selected_still_writes_junit(tmp_path):
+    """e: exit 5, and a JUnit file with an empty suite that says why."""
+    junit = tmp_path / "out.xml"
+    out = simharness("run", "-n", "1", "--junit-xml", str(junit), "--", "pytest", "-p",
+                     "no:randomly", "-k", "no_such_test_name", STOPS)
+    assert out.returncode == 5, out.stdout + out.stderr
+    suite = ET.parse(junit).getroot()
+    assert (suite.get("tests"), suite.get("failures"), suite.get("errors")) == ("0", "0", "0")
+    reason = {p.get("name"): p.get("value") for p in suite.iter("property")}["reason"]
+    assert reason.startswith("the pytest arguments select no tests"), reason
+    assert suite.find("system-out").text == reason
+
+
+def test_a_script_names_the_rank_that_failed_first_not_the_lowest():
+    """d: rank 1 exits 3; the launcher then stops rank 0, whose SIGTERM handler exits 1. It
+    was once "rank 0 exited with status 1", exit status 1."""
+    out = simharness("run", "-n", "2", "--no-shim", "--", "python",
+                     "tests/fixtures/run/fails_first_on_rank_1.py")
+    assert out.returncode == 3, out.stdout + out.stderr
+    assert out.stderr.splitlines()[-1] == ("rank 1 exited with status 3 (the first to fail); "
+                                           "ranks 0 were stopped or failed after it"), out.stderr

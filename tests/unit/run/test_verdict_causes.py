@@ -1,0 +1,156 @@
+"""The rules of ``simharness run``'s verdicts that name the true cause (pure: records in,
+verdicts out; the command itself is in tests/processes/run/test_run_causes.py)."""
+
+from __future__ import annotations
+
+import xml.etree.ElementTree as ET
+from types import SimpleNamespace
+
+from simharness.launch.launcher import LaunchResult, RankExit
+from simharness.pytest_ranks.controller import (
+    RunSpec,
+    _after_stop,
+    _first_error,
+    _lost,
+    _no_collection,
+    _Runner,
+)
+from simharness.pytest_ranks.verdicts import junit_xml, verdict
+
+GPU = {"outcome": "skipped", "needs_gpu": True, "reason": "needs GPU: needs a real GPU: k at t.py"}
+
+
+def test_ranks_left_waiting_for_a_needs_gpu_stop_do_not_make_it_a_hang():
+    """Rank 1 stopped and was then stopped itself in its teardown (only its ``skip`` record,
+    taken as its test record); rank 0 waited for it until the grace."""
+    hangs = {0: {"state": "diverged", "elapsed": 2.4, "stack": "all_reduce"}}
+    v = verdict("t::c", {1: GPU}, 2, hangs=hangs)
+    assert (v.outcome, v.needs_gpu, v.ranks) == ("skipped", True, (1,))
+    assert v.detail == (GPU["reason"] + " (on ranks 1; ranks 0 were still inside the test "
+                        "2.4s after it started, waiting for them, and were stopped)")
+
+
+def test_a_failure_after_a_stop_says_so_and_keeps_its_traceback():
+    recs = {0: {"outcome": "failed", "longrepr": "E   AssertionError: x"},
+            1: {"outcome": "passed"}}
+    v = verdict("t::b", recs, 2, after_stop=("t::a", [0, 1]))
+    first, rest = v.detail.split("\n", 1)
+    assert first.startswith("after a needs-GPU stop in t::a on ranks 0-1: global state")
+    assert rest == "E   AssertionError: x" and v.first_rank == 0
+    assert "needs-GPU" not in verdict("t::b", recs, 2).detail
+
+
+def test_the_last_stop_before_the_test_in_the_same_round_is_named():
+    def stop(i, name):
+        return {"kind": "skip", "i": i, "nodeid": name, "needs_gpu": True}
+    plain = {"kind": "skip", "i": 2, "nodeid": "t::p", "needs_gpu": False}
+    recs = {0: [stop(0, "t::a"), stop(1, "t::b"), plain, {"kind": "test", "i": 3, "nodeid": "t::d"},
+                stop(4, "t::e")],
+            1: [stop(1, "t::b"), {"kind": "hang", "i": 3, "nodeid": "t::d"}]}
+    assert _after_stop(recs, "t::d") == ("t::b", [0, 1])
+    assert _after_stop(recs, "t::a") is None  # nothing before the first test
+
+
+def test_a_rank_that_died_in_the_test_comes_before_the_knock_on_failures():
+    recs = {0: {"outcome": "failed", "longrepr": "gloo: connection closed by peer"}}
+    lost = {2: "exited with status 3 during the test", 1: "stopped by the launcher (signal 15)"}
+    v = verdict("t::x", recs, 3, lost=lost)
+    assert (v.first_rank, v.ranks) == (2, (0, 1, 2))
+    assert v.detail.splitlines()[:2] == ["rank 2: exited with status 3 during the test",
+                                         "rank 1: stopped by the launcher (signal 15)"]
+    # only stopped ranks lost: the failing rank's traceback decides
+    v = verdict("t::x", recs, 3, lost={1: lost[1]})
+    assert v.first_rank == 0
+
+
+def test_a_collection_error_on_one_rank_beats_the_digest_mismatch_it_causes():
+    err = {"kind": "collect_error", "nodeid": "t.py",
+           "longrepr": "t.py:8: in <module>\n    import x\n    ^^^^^^^^\n"
+                       "E   ModuleNotFoundError: No module named 'x'"}
+    mismatch = {"kind": "mismatch", "ranks": [1]}
+    recs = {0: [mismatch], 1: [err, mismatch], 2: [mismatch]}
+    assert _first_error(recs) == ("collecting t.py failed on ranks 1 (ranks 0,2 collected it): "
+                                  "rank 1: t.py:8: in <module> | E   ModuleNotFoundError: No "
+                                  "module named 'x'")
+    assert _first_error({0: [mismatch], 1: [mismatch]}).startswith(
+        "ranks 1 collected other tests than rank 0")
+    assert _first_error({0: [], 1: []}) is None
+
+
+def test_the_first_rank_to_fail_is_named_not_the_lowest(tmp_path):
+    """torch's agent recorded rank 3 first (seen 0); rank 0 exited 1 after it, rank 1 was
+    stopped; rank 2 ended 0."""
+    res = LaunchResult((RankExit(0, 1, 1), RankExit(1, -15, 2), RankExit(2, 0),
+                        RankExit(3, 4, 0)))
+    assert res.first_failure.rank == 3 and res.exit_code == 4
+    (tmp_path / "x" / "3").mkdir(parents=True)
+    (tmp_path / "x" / "3" / "stderr.log").write_text("Traceback\nImportError: no fla\n")
+    assert _no_collection(res, str(tmp_path), 4) == (
+        "rank 3 exited with status 4 (the first to fail) before collecting any test; ranks 0 "
+        "failed too; the launcher then stopped ranks 1; its stderr ends: Traceback | "
+        "ImportError: no fla")
+    lost = _lost(res, {2}, 4, str(tmp_path), 4)
+    assert list(lost) == [3, 0, 1]
+    assert lost[3].startswith("exited with status 4 during the test (the first rank to fail)")
+    assert lost[1] == "stopped by the launcher (signal 15) when another rank ended"
+    # a crash (SIGSEGV) is a failure of its own; the launcher's SIGTERM is not
+    crash = LaunchResult((RankExit(0, -15, 1), RankExit(1, -11, 0)))
+    assert crash.first_failure.rank == 1 and crash.exit_code == 139
+
+
+def test_junit_for_a_run_that_judged_nothing():
+    empty = ET.fromstring(junit_xml([], reason="the pytest arguments select no tests"))
+    assert (empty.get("tests"), empty.get("errors")) == ("0", "0")
+    assert empty.find("system-out").text == "the pytest arguments select no tests"
+    broken = ET.fromstring(junit_xml([], error="collecting t.py failed on ranks 1"))
+    assert (broken.get("tests"), broken.get("errors")) == ("0", "1")
+    assert next(broken.iter("error")).text == "collecting t.py failed on ranks 1"
+
+
+def test_no_new_round_after_the_last_test_hung():
+    runner = _Runner(RunSpec(("t.py",), 2), None)
+    hang = {"kind": "hang", "i": 1, "nodeid": "t::b", "state": "running", "stack": "s"}
+    recs = {0: [{"kind": "collected", "nodeids": ["t::a", "t::b"]},
+                {"kind": "test", "i": 0, "nodeid": "t::a", "outcome": "passed"}, hang],
+            1: [{"kind": "test", "i": 0, "nodeid": "t::a", "outcome": "passed"},
+                {**hang, "state": "finished"}]}
+    result = LaunchResult((RankExit(0, 124, 0), RankExit(1, -15, 1)))
+    rnd = SimpleNamespace(number=0)
+    runner.judge_complete(recs)
+    assert runner.judge_the_rest(rnd, recs, result, "/nonexistent") is True
+    assert [v.outcome for v in runner.judged.values()] == ["passed", "hung"]
+    # with a test after it, a new round goes on
+    recs[0][0] = {"kind": "collected", "nodeids": ["t::a", "t::b", "t::c"]}
+    runner = _Runner(RunSpec(("t.py",), 2), None)
+    runner.judge_complete(recs)
+    assert runner.judge_the_rest(rnd, recs, result, "/nonexistent") is False
+
+
+def _recorded(*reports):
+    """The ``test`` record the rank plugin writes for ``reports`` (setup, call, teardown)."""
+    from simharness.pytest_ranks.rank_plugin import RankSession
+
+    rank = object.__new__(RankSession)
+    written: list[dict] = []
+    rank.reports = {"t::x": list(reports)}
+    rank.index, rank.world, rank.skip_told = {"t::x": 0}, 1, set()
+    rank.write = lambda **rec: written.append(rec)
+    rank._record(SimpleNamespace(nodeid="t::x"), 0.5)
+    return written[0]
+
+
+def _rep(when, outcome, longrepr=""):
+    return SimpleNamespace(when=when, failed=outcome == "failed", skipped=outcome == "skipped",
+                           longrepr=longrepr)
+
+
+def test_a_teardown_that_fails_after_a_needs_gpu_stop_is_the_stop_s_knock_on():
+    stop = ("t.py", 3, "needs GPU: needs a real GPU: k at t.py")
+    rec = _recorded(_rep("setup", "passed"), _rep("call", "skipped", stop),
+                    _rep("teardown", "failed", "def teardown_class\nE   RuntimeError: gone"))
+    assert (rec["outcome"], rec["needs_gpu"]) == ("skipped", True)
+    assert rec["reason"] == stop[2] + " (then its error: E   RuntimeError: gone)"
+    # a failure before a stop stays the failure
+    rec = _recorded(_rep("setup", "passed"), _rep("call", "failed", "E   assert 1 == 2"),
+                    _rep("teardown", "skipped", stop))
+    assert (rec["outcome"], rec["needs_gpu"]) == ("failed", False)
