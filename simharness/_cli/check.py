@@ -15,7 +15,7 @@ from ..reports import findings_report
 from . import output as out
 from .options import config_options, load_layout, output_options
 from .output import echo_findings, findings_exit_code, findings_verdict
-from .render import short_line
+from .render import WORLD_AUTO_WORDS, short_line
 
 
 def register(main: click.Group) -> None:
@@ -66,8 +66,11 @@ def check_cmd(fmt, quiet, strict, **kwargs):
       simharness check -n 16 --tp 2 --pp 2 --cp 2
       simharness check --config recipe.yaml --strict --format json
     """
-    layout, _ = load_layout(kwargs, "check")
+    layout, world_auto = load_layout(kwargs, "check")
     findings = _run_check(layout)
-    echo_findings_as(findings, fmt=fmt, quiet=quiet, strict=strict, title=short_line(layout),
-                     head=lambda: {"summary": layout.summary()})
+    title = short_line(layout)
+    if world_auto:  # the same words as inspect's summary
+        title += f"\nworld: {layout.world_size} ranks ({WORLD_AUTO_WORDS})"
+    echo_findings_as(findings, fmt=fmt, quiet=quiet, strict=strict, title=title,
+                     head=lambda: {"summary": layout.summary(), "world_auto": world_auto})
     click.get_current_context().exit(findings_exit_code(findings, strict))

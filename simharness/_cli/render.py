@@ -50,13 +50,17 @@ def all_gather_words(layout: Layout) -> str:
             f"all-gather on {k['dense_all_gather']}, {dense}")
 
 
+#: the note when no world was given and the sizes chose the smallest (inspect, check)
+WORLD_AUTO_WORDS = "smallest world these sizes fit; set --world-size or --nodes"
+
+
 def summary_rows(layout: Layout, *, world_auto: bool = False) -> list[list[str]]:
     s = layout.summary()
     cfg = layout.config
     c = s["communicators_per_rank"]
     world = f"{layout.world_size} ranks"
     if world_auto:
-        world += " (smallest world these sizes fit; set --world-size or --nodes)"
+        world += f" ({WORLD_AUTO_WORDS})"
     if layout.rank_offset:
         world += f", ranks {layout.ranks.start}..{layout.ranks.stop - 1}"
     order = f"{cfg.order} ({'pp last' if cfg.pp_last else 'pp not last'})"

@@ -149,8 +149,9 @@ def format_simulate(rep, cluster: Cluster, *, quiet: bool = False, explain: bool
                       [[c.what, c.group, c.group_size, f"{c.size_bytes / 1e6:.1f}", c.count,
                         c.pick, c.channels, ms(c.alone_s)] for c in rep.collectives],
                       align="llrrrlrr"))
-    out.append(f"latency share {rep.latency_share:.0%}; a collective runs up to "
-               f"{rep.shared_slowdown:.2f}x slower while the others move data")
+    out.append(f"latency share {rep.latency_share:.0%}; "
+               + (rep.shared_slowdown_words or f"a collective runs up to "
+                  f"{rep.shared_slowdown:.2f}x slower while the others move data"))
     if explain:
         shown = set()
         for c in rep.collectives:

@@ -93,6 +93,8 @@ class OverlapReport:
     hbm_share: float | None = None
     latency_share: float = 0.0
     shared_slowdown: float = 1.0
+    #: which collective runs ``shared_slowdown`` slower, beside which, and why
+    shared_slowdown_words: str = ""
     ag_used: bool = True     # whether the schedule uses the all-gather group at all
     has_traffic: bool = True
 
@@ -185,6 +187,7 @@ class OverlapReport:
             "memory_lines": list(self.memory_lines), "notes": list(self.notes),
             "unknowns": list(self.unknowns), "hbm_share": self.hbm_share,
             "latency_share": self.latency_share, "shared_slowdown": self.shared_slowdown,
+            "shared_slowdown_words": self.shared_slowdown_words,
             "cost_classes": self.cost_classes, "verdict": self.verdict}
 
 
