@@ -120,6 +120,7 @@ class MegatronArgs:
     world_size: int | None = None  # from torchrun's --nproc-per-node x --nnodes, when given
     notes: tuple[str, ...] = ()
     used: tuple[str, ...] = ()  # the arguments read, in order
+    model_notes: tuple[str, ...] = ()  # widths filled in as Megatron-LM does (model only)
 
     @property
     def has_ddp(self) -> bool:
@@ -272,7 +273,7 @@ def parse_megatron_args(words: Sequence[str]) -> MegatronArgs:
             elif isinstance(value, list):
                 parallel[key] = [_number(name, v, low=1) for v in value]
             else:
-                parallel[key] = _number(name, value, low=1)
+                parallel[key] = _number(name, str(value), low=1)
         elif name in DDP:
             key = DDP[name]
             ddp[key] = (value if value is True or name in _STR_VALUES
@@ -294,13 +295,36 @@ def parse_megatron_args(words: Sequence[str]) -> MegatronArgs:
     vpp = _vpp(seen, parallel)
     if vpp is not None:
         parallel["virtual_pipeline_model_parallel_size"] = vpp
-    used += [n for n in (*VPP_ARGS, *GRAD_DTYPE_ARGS) if n in seen]
+    if "--swiglu" in seen:
+        used.append("--swiglu")
+        unused.remove("--swiglu")
+    model_notes: list[str] = []
+    _model_defaults(seen, model, model_notes)
     ddp["grad_reduce_in_fp32"] = _grad_reduce_in_fp32(seen)
     if "--num-query-groups" in seen and "--group-query-attention" not in seen:
         model.pop("num_query_groups", None)
         notes.append("--num-query-groups without --group-query-attention: Megatron-LM uses "
                      "one key/value head per attention head")
-    return MegatronArgs(parallel, ddp, model, tuple(unused), world, tuple(notes), tuple(used))
+    return MegatronArgs(parallel, ddp, model, tuple(unused), world, tuple(notes), tuple(used),
+                        tuple(model_notes))
+
+
+def _model_defaults(seen: Mapping[str, Any], model: dict[str, Any], notes: list[str]) -> None:
+    """The widths Megatron-LM's ``validate_args`` fills in when they are not given
+    (megatron/training/arguments.py at d98e8a6): ``ffn_hidden_size`` 4 h (with ``--swiglu``
+    ``int(4 h * 2/3 / 64) * 64``); ``moe_ffn_hidden_size`` = ``ffn_hidden_size`` with
+    experts; ``--num-experts 0`` is no experts."""
+    if model.get("num_moe_experts") == 0:
+        del model["num_moe_experts"]
+    hidden = model.get("hidden_size")
+    if hidden is not None and "ffn_hidden_size" not in model:
+        model["ffn_hidden_size"] = (int((4 * hidden * 2 / 3) / 64) * 64 if "--swiglu" in seen
+                                    else 4 * hidden)
+        notes.append(f"ffn_hidden_size {model['ffn_hidden_size']} as Megatron-LM derives it")
+    if "num_moe_experts" in model and "moe_ffn_hidden_size" not in model \
+            and "ffn_hidden_size" in model:
+        model["moe_ffn_hidden_size"] = model["ffn_hidden_size"]
+        notes.append("moe_ffn_hidden_size = ffn_hidden_size, Megatron-LM's default")
 
 
 def _vpp(seen: Mapping[str, Any], parallel: Mapping[str, Any]) -> int | None:

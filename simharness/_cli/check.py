@@ -13,7 +13,7 @@ import click
 from ..layout import Layout
 from ..reports import findings_report
 from . import output as out
-from .options import config_options, load_layout, output_options
+from .options import config_options, load_layout, megatron_args_options, output_options
 from .output import echo_findings, findings_exit_code, findings_verdict
 from .render import WORLD_AUTO_WORDS, short_line
 
@@ -53,6 +53,7 @@ def echo_findings_as(findings, *, fmt: str, quiet: bool, strict: bool, title: st
 @click.option("--strict", is_flag=True, default=False, help="Warnings fail too (exit 1).")
 @output_options(show_all=False)
 @config_options
+@megatron_args_options()
 def check_cmd(fmt, quiet, strict, **kwargs):
     """Run every check on a configuration's layout and print the findings.
 

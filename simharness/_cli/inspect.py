@@ -11,7 +11,13 @@ from ..layout import Layout
 from ..reports import NodeGrid, node_grid
 from . import output as out
 from .errors import fail
-from .options import config_options, load_layout, node_shape, output_options
+from .options import (
+    config_options,
+    load_layout,
+    megatron_args_options,
+    node_shape,
+    output_options,
+)
 from .render import echo_kinds, echo_summary, kinds_dict
 
 
@@ -29,6 +35,7 @@ def register(main: click.Group) -> None:
                    "dp_cp).")
 @output_options()
 @config_options
+@megatron_args_options()
 def inspect_cmd(fmt, quiet, show_all, kinds, rank, grid, **kwargs):
     """Show the process groups of a configuration.
 

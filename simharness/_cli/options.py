@@ -406,3 +406,114 @@ def output_options(formats: tuple[str, ...] = ("table", "json", "csv"), *,
         return f
 
     return decorate
+
+
+# ------------------------------------------------------------ Megatron-LM's arguments
+#: where a command finds the data-parallel implementation the Megatron-LM arguments give
+#: (a ddp-block mapping for :func:`simharness.ag_readers.impl_from_ddp_block`)
+MEGATRON_DDP_META = "simharness.megatron_ddp"
+
+
+def megatron_args_options():
+    """Decorator: ``--megatron-args FILE`` and everything after ``--``: a ``pretrain_gpt.py``
+    argument list read whole (:mod:`simharness.megatron_args`) and merged into the
+    command's flags before the command runs. A flag that disagrees with an argument is
+    refused; every argument the command does not use is listed on stderr as not affecting
+    the result; the data-parallel implementation goes to ``ctx.meta[MEGATRON_DDP_META]``.
+    Place it directly above the command's function (below ``@config_options``)."""
+    import functools
+
+    def decorate(f: Callable) -> Callable:
+        @functools.wraps(f)
+        def run(*args, **kwargs):
+            megatron = apply_megatron_args(kwargs)
+            if megatron is not None:
+                click.get_current_context().meta[MEGATRON_DDP_META] = dict(megatron.ddp)
+            return f(*args, **kwargs)
+
+        run = click.argument("megatron_argv", nargs=-1, type=click.UNPROCESSED,
+                             metavar="[-- PRETRAIN_GPT_ARGS...]")(run)
+        return click.option(
+            "--megatron-args", "megatron_args_file", type=click.Path(dir_okay=False),
+            default=None, metavar="FILE",
+            help="Megatron-LM's pretrain_gpt.py arguments (shell-quoted text, a torchrun line "
+                 "too), or give them after --. Parallelism, the data-parallel implementation "
+                 "and the model are read; every other argument is listed as unused.")(run)
+
+    return decorate
+
+
+def apply_megatron_args(kwargs: dict[str, Any]):
+    """Merge the Megatron-LM arguments in ``kwargs`` (``megatron_args_file``,
+    ``megatron_argv``; both removed) into the command's own parameters, in place; returns
+    the :class:`~simharness.megatron_args.MegatronArgs`, or None when none were given."""
+    from ..megatron_args import MODEL, PARALLEL, parse_megatron_args, read_args_file
+
+    path = kwargs.pop("megatron_args_file", None)
+    argv = list(kwargs.pop("megatron_argv", None) or ())
+    if path is None and not argv:
+        return None
+    if path is not None and not str(path).strip():
+        fail("--megatron-args was given an empty path; pass the file of pretrain_gpt.py "
+             "arguments, or leave --megatron-args out.")
+    words = (read_args_file(path) if path is not None else []) + argv
+    a = parse_megatron_args(words)
+    arg_of = {v: k for k, v in {**PARALLEL, **MODEL}.items()}
+    arg_of["virtual_pipeline_model_parallel_size"] = "the virtual pipeline arguments"
+
+    def merge(param: str, value: Any) -> bool:
+        if param not in kwargs:
+            return False
+        given = kwargs[param]
+        value = tuple(value) if isinstance(value, list) else value
+        if given is None or given is False and value is True:
+            kwargs[param] = value
+        elif given != value:
+            shown = ",".join(map(str, given)) if isinstance(given, tuple) else given
+            fail(f"{_flag_of(param)} {shown} conflicts with Megatron-LM's {arg_of[param]} "
+                 f"{value}; give it once.")
+        return True
+
+    for name, value in a.parallel.items():
+        if not merge(name, value):
+            items = tuple(kwargs.get("set_fields") or ())
+            kwargs["set_fields"] = (*items, (name, value, f"{arg_of[name]} (Megatron-LM)"))
+    if a.world_size is not None and kwargs.get("nodes") is None:
+        if kwargs.get("world_size") not in (None, a.world_size):
+            fail(f"-n {kwargs['world_size']} conflicts with the torchrun line's "
+                 f"--nproc-per-node x --nnodes = {a.world_size}; give it once.")
+        kwargs["world_size"] = a.world_size
+    unused = list(a.unused)
+    model_used = False
+    for name, value in a.model.items():
+        if merge(name, value):
+            model_used = True
+        elif arg_of[name] in a.used:  # given, not a width Megatron-LM fills in
+            unused.append(arg_of[name])
+    if "--swiglu" in a.used and not model_used:
+        unused.append("--swiglu")
+    _megatron_note(a, unused, kwargs, a.model_notes if model_used else ())
+    return a
+
+
+def _flag_of(param: str) -> str:
+    decls = _FLAG_DECLS.get(param)
+    if decls:
+        return decls[0].split("/")[0]
+    return "--" + param.replace("_", "-")
+
+
+def _megatron_note(a, unused: list[str], kwargs: dict[str, Any], model_notes) -> None:
+    """One stderr line: what was read, the implementation, what does not affect the result."""
+    if kwargs.get("quiet"):
+        return
+    from ..ag_readers import impl_from_ddp_block
+
+    impl = impl_from_ddp_block(a.ddp, where="Megatron-LM arguments")[0]
+    read = [n for n in a.used if n not in unused]
+    words = [f"Megatron-LM arguments: read {len(read)} ({' '.join(read) or 'none'})",
+             f"data-parallel implementation {impl}"
+             + ("" if a.has_ddp else " (Megatron-LM's default: no --use-distributed-optimizer "
+                                     "or --use-megatron-fsdp)"),
+             f"not affecting the result: {len(unused)} ({' '.join(unused) or 'none'})"]
+    click.echo("note: " + "; ".join(words + list(a.notes) + list(model_notes)), err=True)

@@ -22,6 +22,7 @@ from ..topology.locality import analyse
 from ..topology.placement import place_layout, read_hosts
 from ..topology.sizing import cluster_for
 from .common import config_options, layout_from_options, output_options
+from .options import megatron_args_options
 from .output import echo, echo_findings, findings_exit_code, findings_verdict, render_table, to_json
 
 _UNITS = {"": 1, "k": 1e3, "m": 1e6, "g": 1e9, "t": 1e12,
@@ -559,6 +560,7 @@ def with_model(f):
 @click.option("--explain", is_flag=True, default=False,
               help="Print NCCL's algorithm/protocol table for each collective.")
 @output_options(formats=("table", "json"), show_all=False)
+@megatron_args_options()
 def simulate_cmd(topology, hosts, first_device, model_bytes, expert_bytes, layers, model_config,
                  schedule,
                  opt_step, compute_ms, mfu, peak_tflops, micro_batch_size, seq_length,

@@ -46,7 +46,8 @@ def test_gpt3_175b_example_is_read_whole():
     assert a.parallel == {"tensor_model_parallel_size": 8, "pipeline_model_parallel_size": 16}
     assert a.world_size == 128  # torchrun --nproc_per_node 8 --nnodes 16
     assert a.model == {"layers": 96, "hidden_size": 12288, "num_attention_heads": 96,
-                       "seq_length": 2048, "micro_batch_size": 1}
+                       "seq_length": 2048, "micro_batch_size": 1,
+                       "ffn_hidden_size": 4 * 12288}  # Megatron-LM's default width
     assert a.ddp == {"grad_reduce_in_fp32": False}  # --fp16: no fp32 reduce
     assert impl_from_ddp_block(a.ddp)[0] == "ddp"   # Megatron-LM's default: plain DDP
     assert "--lr" in a.unused and "--step-batch-size-schedule" in a.unused
@@ -63,6 +64,8 @@ def test_mixtral_example_gives_the_distributed_optimizer_and_fp32_grads():
     assert impl_from_ddp_block(a.ddp)[0] == "dist-opt"
     assert a.model["num_moe_experts"] == 8 and a.model["num_query_groups"] == 8
     assert a.model["ffn_hidden_size"] == 14336 and a.world_size is None
+    assert a.model["moe_ffn_hidden_size"] == 14336  # Megatron-LM: the dense width
+    assert "--swiglu" in a.used and "--swiglu" not in a.unused
     assert "--sequence-parallel" in a.unused and "--moe-grouped-gemm" in a.unused
 
 
@@ -110,6 +113,11 @@ def test_parallel_flags_and_lists():
                           "create_all_gather_group": True, "use_tp_pp_dp_mapping": True,
                           "use_gloo_process_groups": False, "expert_tensor_parallel_size": 1,
                           "num_distributed_optimizer_instances": 2}
+
+
+def test_swiglu_width_default():
+    assert parse("--hidden-size 4096 --swiglu").model["ffn_hidden_size"] == 10880
+    assert parse("--hidden-size 4096").model["ffn_hidden_size"] == 16384
 
 
 def test_values_that_look_like_options_and_inline_values():
