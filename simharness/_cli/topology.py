@@ -15,6 +15,7 @@ from typing import Any
 import click
 
 from ..step import SCHEDULES, SimulateInputs, job_stages, place_and_simulate
+from ..step.report import scenario_lines
 from ..topology import TopologyError, list_topologies, load_cluster, load_spec
 from ..topology.cluster import Cluster
 from ..topology.draw import write_picture
@@ -175,6 +176,8 @@ def format_simulate(rep, cluster: Cluster, *, quiet: bool = False, explain: bool
     out.append(_table(["sharing scenario", "one_ms", "separate_ms", "gain"],
                       [[sc.name, ms(sc.one_step_s), ms(sc.separate_step_s),
                         f"{sc.gain_pct:.1f}%"] for sc in rep.scenarios], align="lrrr"))
+    if not quiet:
+        out.extend(scenario_lines(rep.scenarios))
     lo, hi = rep.gain_range_pct
     out.append(f"gain of create_all_gather_group: {lo:.1f}% to {hi:.1f}% of the step "
                f"(links only: {ms(rep.gain_s)} ms, slowest stage {w.stage}); memory: "

@@ -165,7 +165,11 @@ def simulate(layout, placement: Placement, inputs: SimulateInputs) -> OverlapRep
     scenarios = tuple(Scenario(name, max(v[0].step_s for v in results[name].values()),
                                max(v[1].step_s for v in results[name].values()),
                                max(v[0].held_s for v in results[name].values()),
-                               max(v[1].held_s for v in results[name].values()))
+                               max(v[1].held_s for v in results[name].values()),
+                               max(results[name].values(), key=lambda v: v[0].step_s)[0]
+                               .shared_s,
+                               max(results[name].values(), key=lambda v: v[1].step_s)[1]
+                               .shared_s)
                       for name, _, _ in scen)
     worst = max(range(len(rows)), key=lambda i: rows[i].one.step_s)
     w_st, w_j = stages[worst].stage, base[stages[worst].stage][2]

@@ -92,3 +92,28 @@ def test_the_slowdown_line_names_the_collectives_and_why():
     data = json.loads(invoke(*SIM, "--compute-ms", 8, "--create-all-gather-group", "-f",
                              "json").stdout)
     assert data["shared_slowdown_words"].startswith("the dense reduce-scatter (dp_cp)")
+
+
+def test_each_sharing_scenario_is_explained_and_more_sharing_coming_out_faster_says_why():
+    # MoE, fsdp, 4 nodes: with the SMs shared the slower compute spreads the collectives
+    r = invoke("simulate", "--topology", "dgx-h100-superpod", "--tp", 2, "--pp", 2, "--ep", 2,
+               "--nodes", 4, "--model-bytes", "40GB", "--expert-bytes", "30GB", "--layers", 32,
+               "--compute-ms", 1)
+    assert r.exit_code == 0, r.output
+    lines = r.stdout.splitlines()
+    assert any(x.startswith("links shared: collectives moving data at the same time split")
+               for x in lines)
+    assert any(x.startswith("links + SMs: links shared, and compute slows by the SMs")
+               for x in lines)
+    why = [x for x in lines if x.startswith("links + SMs is ")]
+    assert len(why) == 1 and "faster than links shared with separate communicators" in why[0]
+    assert "move data at the same time for" in why[0]
+    rows = {x.split()[0] + x.split()[1]: x.split() for x in lines
+            if x.startswith(("links shared ", "links + SMs "))}
+    assert float(rows["links+"][4]) < float(rows["linksshared"][3])  # separate_ms: the case
+
+
+def test_no_why_line_when_more_sharing_is_slower():
+    r = invoke(*SIM, "--compute-ms", 8, "--create-all-gather-group")
+    assert r.exit_code == 0, r.output
+    assert not [x for x in r.stdout.splitlines() if " faster than " in x]
