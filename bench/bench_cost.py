@@ -10,7 +10,8 @@ target (busbw +-15 %, time 1.5x). The summary is over held-out points only
 ``--heldout`` prints only the held-out points and the issue-15 figures: the share
 within target (goal >= 90 %), how many the model predicts too fast, and the median
 of predicted / measured speed (goal 0.92-1.08; speed = busbw, or 1 / time), also per
-size band (<1 MB, 1-256 MB, >= 256 MB).
+size band (<1 MB, 1-256 MB, >= 256 MB) and per network class (one NVLink domain, or the
+network's transport: InfiniBand, RoCE, EFA; with the GPUs' architecture) and size band.
 ``--nccl`` prices every point with one release instead of the point's own.
 ``--sweep`` adds NCCL's pick and busbw over 1 KB .. 8 GB for a few groups.
 ``--memory`` adds the published communicator-memory reports (nccl_memory.toml).
@@ -29,6 +30,7 @@ from simharness.topology import load_cluster  # noqa: E402
 from simharness.topology.calibration import (  # noqa: E402
     DEFAULT_PATH,
     band_summaries,
+    class_summaries,
     evaluate,
     evaluate_memory,
     format_table,
@@ -41,6 +43,16 @@ SWEEP = [("dgx-h100", 1, range(8), "all_reduce"), ("dgx-h100", 1, range(8), "all
          ("dgx-h100-superpod", 16, range(128), "all_reduce"),
          ("dgx-h100-superpod", 32, range(256), "all_gather"),
          ("gb200-nvl72", 18, range(72), "all_reduce")]
+
+
+def _print_classes(held) -> None:
+    """The held-out summary per network class, then per size band inside it."""
+    print("per network class (all sizes, then per size band):")
+    for cls in class_summaries(held):
+        print(f"  {cls.network}: " + cls.all.line().strip().removeprefix("all: "))
+        for band in cls.bands:
+            if band.n:
+                print("    " + band.line())
 
 
 def main(argv=None) -> int:
@@ -72,6 +84,7 @@ def main(argv=None) -> int:
         print(f"held-out sizes {min(sizes):.0f} B .. {max(sizes):.0f} B; per size band:")
         for band in band_summaries(held):
             print("  " + band.line())
+        _print_classes(held)
         fit = [r for r in results if r.point.split == "fit"]
         if fit:
             print("fit points, same bands (shown for completeness; they set constants):")

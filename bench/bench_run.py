@@ -28,8 +28,8 @@ import resource
 import sys
 import time
 
-from simharness.runtests.runner import RunSpec, cores, memory_plan, run_pytest
-from simharness.runtests.verdicts import counts, junit_xml
+from simharness.pytest_ranks.controller import RunSpec, cores, memory_plan, run_pytest
+from simharness.pytest_ranks.verdicts import counts, junit_xml
 
 DEFAULT = (("tests/fixtures/run/megatron_cases.py", 8), ("tests/fixtures/run/dist_cases.py", 4))
 

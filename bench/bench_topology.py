@@ -18,12 +18,12 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from simharness import ParallelismConfig, build_layout  # noqa: E402
+from simharness.step import SimulateInputs, simulate  # noqa: E402
+from simharness.step.workload import job_stages  # noqa: E402
 from simharness.topology import load_cluster  # noqa: E402
 from simharness.topology.cost import predict  # noqa: E402
 from simharness.topology.locality import analyse  # noqa: E402
-from simharness.topology.overlap import simulate  # noqa: E402
 from simharness.topology.placement import place_layout  # noqa: E402
-from simharness.topology.workload import job_stages  # noqa: E402
 
 WORLD = 16384
 CONFIGS = {
@@ -56,7 +56,7 @@ def bench_scale() -> None:
         (rows, findings), t_loc = timed(analyse, lay, placement)
         expert = 100e9 if sizes.get("expert_model_parallel_size", 1) > 1 else None
         stages, _ = job_stages(lay.config, model_bytes=140e9, layers=80, expert_bytes=expert)
-        rep, t_sim = timed(simulate, lay, placement, stages=stages, compute_ms=5.0)
+        rep, t_sim = timed(simulate, lay, placement, SimulateInputs(stages=stages, compute_ms=5.0))
         total = t_place + t_loc + t_sim
         print(f"{name:28s} {t_lay:7.3f} {t_place:7.3f} {t_loc:9.3f} {t_sim:9.3f} {total:7.3f}"
               f"  {len(rows):5d} {len(findings):8d} {rep.gain_pct:5.1f}%")

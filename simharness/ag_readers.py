@@ -34,6 +34,16 @@ What the code says (megatron-core 0.16.1, 0.17.1, 0.18.2, 0.19.2 and main):
 * **Megatron-FSDP v2** (main only, ``megatron_fsdp_version=2``) builds its meshes
   from ``pg_collection.dp_cp`` / ``expt_dp`` and reads no AG group.
 
+The words every command prints live here too: :class:`DPImpl` (the user's implementation,
+from ``--dp-impl`` or a recipe's ``ddp:`` block, :func:`dp_impl_from_ddp_block`),
+:func:`all_gather_use` (inspect, diff, the summary), :func:`option_off_sentence` and
+:func:`no_effect_words` (check), :func:`datapath_variants` (replay-data),
+:func:`memory_case` (which memory case check, diff and simulate price: communicators
+created at a group's first collective, as Megatron-LM's ``megatron/training/initialize.py``
+``_initialize_distributed`` at main d98e8a64 leaves them by passing no ``device_id`` to
+``init_process_group``, or eagerly with ``device_id``), and :func:`reader_table_markdown`
+(docs/all-gather-option.md).
+
 Pure data and functions (no torch).
 
 >>> reads_ag_group("0.16", "fsdp", sharding="optim_grads_params")
@@ -257,8 +267,9 @@ behind the gradient reduce-scatter on dp_cp
         return (f"megatron-core {PROFILES[profile].versions} builds no expert all-gather "
                 f"group: nothing reads {kind}")
     if impl == "unknown":
-        others = "DDP (with or without the distributed optimizer), torch FSDP2" + (
-            " or Megatron-FSDP v2" if profile == "main" else "")
+        others = ("DDP (with or without the distributed optimizer), torch FSDP2 or Megatron-FSDP "
+                  "v2" if profile == "main" else
+                  "DDP (with or without the distributed optimizer) or torch FSDP2")
         return (f"{ag_reader_sentence(profile, 'fsdp', expert=expert)}; with {others} "
                 f"nothing reads {kind} and the option costs a communicator and buys nothing")
     r = row(profile, impl)
@@ -406,3 +417,201 @@ def _fsdp_impl(flags: dict[str, bool], strategy: str | None, version: int, where
         notes.append("use_distributed_optimizer goes with Megatron-FSDP v1 (Megatron-LM turns "
                      "it on); the parameters still move in Megatron-FSDP's buffers")
     return "fsdp", sharding, tuple(notes)
+
+
+# ------------------------------------------------------------ the user's implementation
+IMPL_CHOICES: tuple[str, ...] = tuple(i for i in IMPLS if i != "unknown")
+
+
+@dataclass(frozen=True)
+class DPImpl:
+    """The data-parallel implementation a command models, and where it came from.
+
+    ``impl``: one of :data:`IMPLS`; ``sharding``: Megatron-FSDP's
+    ``data_parallel_sharding_strategy`` (None: not known); ``source``: ``"--dp-impl"``,
+    ``"<file> <where the ddp block is>"`` or ``"not given"``; ``grad_reduce_in_fp32`` /
+    ``overlap_param_gather`` / ``overlap_grad_reduce``: the recipe's ``ddp:`` values
+    (None: not written there)."""
+
+    impl: Impl = "unknown"
+    sharding: str | None = None
+    source: str = "not given"
+    notes: tuple[str, ...] = ()
+    grad_reduce_in_fp32: bool | None = None
+    overlap_param_gather: bool | None = None
+    overlap_grad_reduce: bool | None = None
+
+    @property
+    def name(self) -> str:
+        extra = f" ({self.sharding})" if self.impl == "fsdp" and self.sharding else ""
+        return IMPL_NAMES[self.impl] + extra
+
+    def describe(self) -> str:
+        """``data-parallel implementation: ... (from ...)``: one line every command prints."""
+        if self.impl == "unknown":
+            return ("data-parallel implementation: not known (give --dp-impl fsdp|dist-opt|ddp, "
+                    "or a recipe with a ddp: block); both cases are shown")
+        return f"data-parallel implementation: {self.name} (from {self.source})"
+
+    def reads(self, profile: str, expert: bool = False) -> bool | None:
+        """Whether it reads that side's AG group; None when the implementation is unknown."""
+        if self.impl == "unknown":
+            return None
+        return reads_ag_group(profile, self.impl, expert=expert, sharding=self.sharding)
+
+    def sentence(self, profile: str, expert: bool = False) -> str:
+        return ag_reader_sentence(profile, self.impl, expert=expert, sharding=self.sharding)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"impl": self.impl, "name": self.name, "sharding": self.sharding,
+                "source": self.source, "notes": list(self.notes)}
+
+
+UNKNOWN = DPImpl()
+
+
+def no_effect_words(dp: DPImpl) -> str:
+    """``no effect for <who>``: how check's ``ag-unread`` and simulate's verdict open when
+    nothing in the implementation reads the AG group.
+
+    >>> no_effect_words(DPImpl("dist-opt"))
+    'no effect for the distributed optimizer'
+    """
+    who = {"dist-opt": "the distributed optimizer", "ddp": "plain DDP"}.get(dp.impl, dp.name)
+    return f"no effect for {who}"
+
+
+def dp_impl_from_ddp_block(mapping: Mapping[str, Any] | None, *, profile: str | None,
+                           where: str) -> DPImpl:
+    """:class:`DPImpl` of a recipe's ``ddp:`` block (``where``: the file, for messages)."""
+    if mapping is None:
+        return UNKNOWN
+    impl, sharding, notes = impl_from_ddp_block(mapping, profile=profile, where=where)
+
+    def flag(key: str) -> bool | None:
+        return _bool(mapping, key, where) if key in mapping else None
+
+    return DPImpl(impl, sharding, where, notes, flag("grad_reduce_in_fp32"),
+                  flag("overlap_param_gather"), flag("overlap_grad_reduce"))
+
+
+def all_gather_use(profile: str, dp: DPImpl, *, expert: bool = False,
+                   option_on: bool) -> str:
+    """Where that side's parameter all-gather runs, in a few words (inspect, diff, summary).
+
+    >>> all_gather_use("0.19", DPImpl("dist-opt"), option_on=True)
+    'on dp_cp, the reduce-scatter group (DDP with the distributed optimizer does not read dp_cp_ag)'
+    """
+    kind, rs = KIND[expert], ("ep_dp" if expert else "dp_cp")
+    if expert and profile in PROFILES and not PROFILES[profile].expert_all_gather:
+        option_on = False  # no expert AG group exists before 0.18
+    if dp.impl == "ddp":
+        return "none: DDP without the distributed optimizer gathers no parameters"
+    reads = dp.reads(profile, expert)
+    if reads is None:
+        if not option_on:
+            return f"on {rs}, the reduce-scatter's communicator: they serialise"
+        return (f"on {kind} (own communicator) under Megatron-FSDP; on {rs} (the "
+                f"reduce-scatter's) under DDP with the distributed optimizer")
+    if not reads:
+        return f"on {rs}, the reduce-scatter group ({dp.name} does not read {kind})"
+    if option_on:
+        return f"on {kind}, its own communicator: does not queue behind the reduce-scatter"
+    return f"on {rs}, the reduce-scatter's communicator: they serialise"
+
+
+# ------------------------------------------------------------ communicator memory
+Launch = Literal["lazy", "eager"]
+LAUNCH_WORDS: dict[str, str] = {
+    "lazy": ("communicators created at a group's first collective (init_process_group without "
+             "device_id, as Megatron-LM's initialize.py _initialize_distributed does)"),
+    "eager": ("communicators created when the group is (init_process_group(device_id=...): "
+              "torch splits every subgroup's communicator eagerly)"),
+}
+
+
+def memory_case(launch: str, read: bool | None) -> str:
+    """Which memory case a price is for: ``launch`` ``"lazy"`` or ``"eager"``, ``read``
+    whether the implementation runs a collective on the group (None: not known).
+
+    >>> print(memory_case("eager", False))
+    priced as paid at creation: communicators created when the group is \
+(init_process_group(device_id=...): torch splits every subgroup's communicator eagerly)
+    """
+    if launch not in LAUNCH_WORDS:
+        raise ValueError(f"unknown launch {launch!r}; use lazy or eager")
+    how = LAUNCH_WORDS[launch]
+    if launch == "eager":
+        return f"priced as paid at creation: {how}"
+    if read is None:
+        return (f"priced as paid when read: with {how}, the group costs memory only if the "
+                f"implementation runs its all-gather there (Megatron-FSDP), none otherwise")
+    if read:
+        return f"priced as paid at the first all-gather: {how}"
+    return (f"priced as none: no collective runs on the group, and with {how} it never "
+            f"gets one")
+
+
+def memory_paid(launch: str, read: bool | None) -> bool:
+    """Whether the communicators' memory is paid under that case (unknown: priced as paid)."""
+    return launch == "eager" or read is not False
+
+
+def option_off_sentence(profile: str, dp: DPImpl) -> str:
+    """What ``create_all_gather_group`` off means for ``dp`` (check's ``ag-off``)."""
+    check_ag_profile(profile)
+    head = "create_all_gather_group is off: no AG group exists"
+    fsdp = ("Megatron-FSDP's parameter all-gather runs on dp_cp (DATA_PARALLEL_GROUP_WITH_CP), "
+            "the communicator of its gradient reduce-scatter, so the two serialise")
+    if dp.impl == "unknown":
+        return (f"{head}; {fsdp}; for DDP (with or without the distributed optimizer) and the "
+                f"others the option changes nothing, since none of them reads the AG group "
+                f"(the data-parallel implementation is not known: both cases shown)")
+    if dp.reads(profile):
+        return f"{head}; {fsdp}"
+    return (f"{head}, which changes nothing for {dp.name}: nothing in it reads the AG group "
+            f"(on, the option would cost a communicator and buy nothing)")
+
+
+def datapath_variants(profile: str, dp: DPImpl) -> list[str]:
+    """What ``replay-data --kind megatron``'s two variants stand for, in this table's words."""
+    sent = dp.sentence(profile)
+    lines = ["shared: the all-gather on the reduce-scatter's communicator: DDP with the "
+             "distributed optimizer (option on or off), and Megatron-FSDP with the option off",
+             "separate: the all-gather on its own communicator (the AG group): Megatron-FSDP "
+             "with the option on, the AG group's one reader"]
+    if dp.impl == "unknown":
+        return lines + [dp.describe()]
+    if dp.impl == "ddp":
+        return lines + [f"{dp.describe()}: it gathers no parameters, so neither variant is its "
+                        f"path; {sent}"]
+    path = "separate" if dp.reads(profile) else "shared"
+    return lines + [f"{dp.describe()}: its path is '{path}'; {sent}"]
+
+
+def reader_table_markdown() -> str:
+    """The reader table as the Markdown docs/all-gather-option.md holds (a unit test keeps
+    the page equal to it): one row per implementation, one column per profile, then the
+    call sites of Megatron that read the group, per profile."""
+    impls = [i for i in IMPLS if i != "unknown"]
+    head = "| implementation | " + " | ".join(f"{p} ({SHORT_PIN[p]})" for p in AG_PROFILES) + " |"
+    lines = [head, "|---" * (len(AG_PROFILES) + 1) + "|"]
+    for impl in impls:
+        cells = []
+        for p in AG_PROFILES:
+            r = row(p, impl)
+            if r is None:
+                cells.append("not in this release")
+            elif r.dense:
+                side = "`dp_cp_ag`" + (" and `ep_dp_ag`" if r.expert else "")
+                cells.append(f"reads {side} ({', '.join(r.sharding)})")
+            else:
+                cells.append("reads no AG group")
+        lines.append(f"| {IMPL_NAMES[impl]} | " + " | ".join(cells) + " |")
+    lines.append("")
+    for p in AG_PROFILES:
+        fsdp = row(p, "fsdp")
+        assert fsdp is not None
+        sites = sorted({f"`{s.path}` `{s.function}`" for s in fsdp.sites})
+        lines.append(f"- {PINNED[p]}, under `megatron/core/`: " + "; ".join(sites) + ".")
+    return "\n".join(lines)

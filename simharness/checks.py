@@ -16,8 +16,12 @@ groups and ranks concerned. The checks, by code:
                      expert DP)
 ``ag-communicator``  the AG group is its own NCCL communicator
 ``ag-missing``       the option is on but no AG group exists
-``ag-off``           the option is off: no AG group, the all-gather runs on DP-with-CP
-``ag-cost``          communicators the option adds per rank
+``ag-off``           the option is off: no AG group; names what that means for the data-parallel
+                     implementation (only Megatron-FSDP's all-gather then serialises)
+``ag-unread``        the option is on but nothing in the data-parallel implementation reads the
+                     AG group (warning when communicators are created eagerly: memory for
+                     nothing; info when at first use: no memory, no effect)
+``ag-cost``          communicators the option adds per rank, and which memory case is priced
 ``ag-scope``         with several optimizer instances, AG spans dp*cp, the partial DP group less
 ``ag-expert-none``   0.16 (0.16-0.17) has no expert AG group: expert all-gathers serialise
 ``ag-window``        0.18+: AG groups reach outside the job's ranks (rank_offset > 0)
@@ -35,6 +39,15 @@ from typing import Any
 
 import numpy as np
 
+from .ag_readers import (
+    AG_PROFILES,
+    UNKNOWN,
+    DPImpl,
+    memory_case,
+    memory_paid,
+    no_effect_words,
+    option_off_sentence,
+)
 from .errors import GroupNotInitialized
 from .findings import Finding
 from .layout import LEAN_WORLD, PARTIAL_KINDS, Layout
@@ -73,8 +86,10 @@ class _World:
     arrays instead of one per kind. The findings are the same either way.
     """
 
-    def __init__(self, layout: Layout, *, lean: bool | None = None):
+    def __init__(self, layout: Layout, *, lean: bool | None = None,
+                 dp: DPImpl = UNKNOWN, launch: str = "lazy"):
         self.layout = layout
+        self.dp, self.launch = dp, launch
         self.W = layout.world_size
         self.off = layout.rank_offset
         self.lean = self.W >= LEAN_WORLD if lean is None else lean
@@ -507,6 +522,31 @@ def _ag_window(w: _World, ag_kinds: list[str]) -> list[Finding]:
     return out
 
 
+def _ag_option_off(w: _World, ag_kinds: list[str]) -> list[Finding]:
+    """The option is off: no AG group may exist, the all-gather resolves to DP-with-CP, and
+    what that means for the data-parallel implementation (``ag-off``)."""
+    lay = w.layout
+    out: list[Finding] = []
+    if ag_kinds:
+        out.append(Finding("ag-off", "error",
+                           f"create_all_gather_group is off but the layout has {ag_kinds}",
+                           (), tuple(ag_kinds)))
+    # The all-gather must resolve to DP-with-CP itself (one rank checked per group).
+    bad = []
+    for g in w.groups("dp_cp")[:64, 0]:
+        col = lay.resolve_collectives(int(g))
+        if col.dense_all_gather != col.dense_reduce_scatter or col.dense_overlap:
+            bad.append(int(g))
+    if bad:
+        out.append(Finding("ag-off", "error",
+                           "option off but the all-gather resolves to a group other than "
+                           "the reduce-scatter's", _ranks(bad), ("dp_cp",)))
+    else:
+        out.append(Finding("ag-off", "info", option_off_sentence(_ag_profile(lay), w.dp),
+                           (), ("dp_cp",)))
+    return out
+
+
 def check_all_gather(w: _World) -> list[Finding]:
     lay = w.layout
     c = lay.config
@@ -521,27 +561,7 @@ def check_all_gather(w: _World) -> list[Finding]:
                  f"#4261); until the fix lands, use order 'tp-cp-ep-dp-pp' "
                  f"(use_tp_pp_dp_mapping=False) with the option, or mcore 0.16/0.17")
     if not c.create_all_gather_group:
-        if ag_kinds:
-            out.append(Finding("ag-off", "error",
-                               f"create_all_gather_group is off but the layout has {ag_kinds}",
-                               (), tuple(ag_kinds)))
-        # The all-gather must resolve to DP-with-CP itself (one rank checked per group).
-        bad = []
-        for g in w.groups("dp_cp")[:64, 0]:
-            col = lay.resolve_collectives(int(g))
-            if col.dense_all_gather != col.dense_reduce_scatter or col.dense_overlap:
-                bad.append(int(g))
-        if bad:
-            out.append(Finding("ag-off", "error",
-                               "option off but the all-gather resolves to a group other than "
-                               "the reduce-scatter's", _ranks(bad), ("dp_cp",)))
-        else:
-            out.append(Finding("ag-off", "info",
-                               "create_all_gather_group is off: no AG group exists; the "
-                               "parameter all-gather runs on DATA_PARALLEL_GROUP_WITH_CP, the "
-                               "same communicator as the gradient reduce-scatter, so the two "
-                               "serialise", (), ("dp_cp",)))
-        return out
+        return _ag_option_off(w, ag_kinds)
     # Option on.
     expect = ["dp_cp_ag"] + (["ep_dp_ag"] if prof.expert_all_gather and c.ep > 1 else [])
     missing = [k for k in expect if not lay.has(k)]
@@ -572,9 +592,42 @@ def check_all_gather(w: _World) -> list[Finding]:
                            f"{c.intra_partial_data_parallel_size} ranks, but the AG groups span "
                            f"the full DP-with-CP group of {c.dp * c.cp}: the two do not line up",
                            (), ("dp_cp_ag", "intra_dp_cp")))
+    unread = _ag_unread(w, ag_kinds)
+    if unread is not None:
+        out.append(unread)
     if ag_kinds:
         out.append(_ag_cost(w, ag_kinds))
     return out
+
+
+def _ag_profile(lay: Layout) -> str:
+    return lay.mcore if lay.mcore in AG_PROFILES else "0.19"
+
+
+def _ag_read(w: _World, ag_kinds: list[str]) -> bool | None:
+    """Whether the implementation runs a collective on any of ``ag_kinds`` (None: unknown)."""
+    profile = _ag_profile(w.layout)
+    reads = [w.dp.reads(profile, expert=(k == "ep_dp_ag")) for k in ag_kinds]
+    if any(r is None for r in reads):
+        return None
+    return any(reads)
+
+
+def _ag_unread(w: _World, ag_kinds: list[str]) -> Finding | None:
+    """The option is on and nothing in the known implementation reads its groups.
+
+    Severity follows the cost: with communicators created eagerly the groups hold GPU
+    memory for nothing (warning, fails ``--strict``); created at first use they cost a
+    ``new_group`` call and no memory (info)."""
+    if not ag_kinds or _ag_read(w, ag_kinds) is not False:
+        return None
+    profile = _ag_profile(w.layout)
+    eager = w.launch == "eager"
+    return Finding(
+        "ag-unread", "warning" if eager else "info",
+        f"create_all_gather_group is on: {no_effect_words(w.dp)}: {w.dp.sentence(profile)}"
+        + (": memory for nothing" if eager else "")
+        + f"; {memory_case(w.launch, False)}; turn the option off", (), tuple(ag_kinds))
 
 
 def _ag_cost(w: _World, ag_kinds: list[str]) -> Finding:
@@ -584,10 +637,13 @@ def _ag_cost(w: _World, ag_kinds: list[str]) -> Finding:
         per_rank[k] = int(np.bincount(_in_window(w, a.ravel()) - w.off, minlength=w.W).max())
         groups_total += a.shape[0]
     added = sum(per_rank.values())
+    read = _ag_read(w, ag_kinds)
+    paid = "" if memory_paid(w.launch, read) else " that hold no memory"
     return Finding("ag-cost", "info",
-                   f"create_all_gather_group adds {added} NCCL communicator(s) per rank "
+                   f"create_all_gather_group adds {added} NCCL communicator(s){paid} per rank "
                    f"({', '.join(f'{k}: {v}' for k, v in per_rank.items())}), "
-                   f"{groups_total} new_group call(s) in all", (), tuple(ag_kinds))
+                   f"{groups_total} new_group call(s) in all; {memory_case(w.launch, read)}",
+                   (), tuple(ag_kinds))
 
 
 def check_creation_order(w: _World, samples: int = 4, max_calls: int = 20000) -> list[Finding]:
@@ -707,13 +763,19 @@ CHECKS: tuple[tuple[str, Callable[[_World], list[Finding]]], ...] = (
 
 
 def check(layout: Layout, *, only: Iterable[str] | None = None,
-          lean: bool | None = None) -> list[Finding]:
+          lean: bool | None = None, dp: DPImpl = UNKNOWN, launch: str = "lazy"
+          ) -> list[Finding]:
     """Run every named check (or ``only`` those) and return the findings, errors first.
 
     ``lean`` (default: from :data:`LEAN_WORLD` ranks on) bounds the memory: no
     world-sized array outlives the check that needs it. The findings are the same.
+    ``dp``: the data-parallel implementation (:class:`~simharness.ag_readers.DPImpl`;
+    it decides who reads the AG groups); ``launch``: ``"lazy"`` (communicators made at
+    a group's first collective, Megatron-LM's own init) or ``"eager"``.
     """
-    w = _World(layout, lean=lean)
+    if launch not in ("lazy", "eager"):
+        raise ValueError(f"launch must be 'lazy' or 'eager', got {launch!r}")
+    w = _World(layout, lean=lean, dp=dp, launch=launch)
     wanted = None if only is None else set(only)
     findings: list[Finding] = []
     for name, fn in CHECKS:

@@ -48,7 +48,7 @@ from .errors import SimharnessError
 SUFFIXES = {".yaml": "yaml", ".yml": "yaml", ".toml": "toml", ".json": "json"}
 
 # Keys of the bare form that are not ParallelismConfig fields.
-EXTRA_KEYS = ("mcore", "nodes", "gpus_per_node")
+EXTRA_KEYS = ("mcore", "nodes", "gpus_per_node", "ddp")
 
 # MegatronStrategy / DDPStrategy arguments that do not shape process groups.
 STRATEGY_IGNORED = frozenset({
@@ -81,6 +81,10 @@ class ConfigFile:
     nodes: int | None = None
     gpus_per_node: int | None = None
     devices_auto: bool = False  # trainer.devices 'auto'/-1: GPUs per node not written
+    # The DistributedDataParallelConfig block (NeMo's trainer.strategy.ddp, Megatron-Bridge's
+    # top-level ddp:, or ddp: in the bare form), read by simharness.ag_readers; None: absent.
+    ddp: Mapping[str, Any] | None = None
+    ddp_where: str = "ddp"
 
     @property
     def world_size(self) -> int | None:
@@ -242,8 +246,29 @@ def config_from_mapping(data: Any, path: str = "<config>") -> ConfigFile:
             f"{path}: world_size {world} conflicts with {where_nodes} = {nodes} x {gpus} = "
             f"{nodes * gpus}; keep one of them (or make them agree).", path=path)
     mcore = data.get("mcore")
+    ddp, ddp_where = _ddp_block(data, path)
     return ConfigFile(path=path, fields=fields_, mcore=None if mcore is None else str(mcore),
-                      nodes=nodes, gpus_per_node=gpus, devices_auto=devices_auto)
+                      nodes=nodes, gpus_per_node=gpus, devices_auto=devices_auto, ddp=ddp,
+                      ddp_where=ddp_where)
+
+
+def _ddp_block(data: Mapping, path: str) -> tuple[Mapping[str, Any] | None, str]:
+    """The ``ddp:`` block and where it was: NeMo 2's ``trainer.strategy.ddp`` (its string
+    form ``'megatron'``/``'pytorch'`` says nothing of the implementation: None), else a
+    top-level ``ddp`` (Megatron-Bridge's ConfigContainer, or the bare form). Both written
+    and different is an error."""
+    trainer = data.get("trainer")
+    strategy = trainer.get("strategy") if isinstance(trainer, Mapping) else None
+    nested = strategy.get("ddp") if isinstance(strategy, Mapping) else None
+    top = data.get("ddp")
+    if nested is not None and top is not None and nested != top:
+        raise ConfigFileError(f"{path}: trainer.strategy.ddp and the top-level ddp disagree; "
+                              f"keep one of them.", path=path)
+    if nested is not None and not isinstance(nested, str):
+        return nested, "trainer.strategy.ddp"
+    if top is not None:
+        return top, "ddp"
+    return None, "ddp"
 
 
 def _typed(path: str, name: str, value: Any, where: str = "") -> Any:

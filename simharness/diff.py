@@ -209,8 +209,20 @@ def _all_gather(a, b, which: str, ka: dict, kb: dict, common: range) -> AllGathe
                          changed)
 
 
-def diff_layouts(a, b) -> LayoutDiff:
-    """Everything that differs between layout ``a`` (before) and ``b`` (after)."""
+def all_gather_diffs(a, b, impl: str = "unknown", sharding: str | None = None
+                     ) -> dict[str, AllGatherDiff]:
+    """Where the dense and expert parameter all-gather run in ``a`` and ``b`` for the
+    data-parallel implementation ``impl`` (``"unknown"``: as Megatron-FSDP, the AG
+    group's one reader, runs it; :mod:`simharness.ag_readers`)."""
+    lo = max(a.ranks.start, b.ranks.start)
+    common = range(lo, max(lo, min(a.ranks.stop, b.ranks.stop)))
+    ka, kb = collective_kinds(a, impl, sharding), collective_kinds(b, impl, sharding)
+    return {w: _all_gather(a, b, w, ka, kb, common) for w in ("dense", "expert")}
+
+
+def diff_layouts(a, b, impl: str = "unknown", sharding: str | None = None) -> LayoutDiff:
+    """Everything that differs between layout ``a`` (before) and ``b`` (after); the
+    all-gather for the data-parallel implementation ``impl`` (see :func:`all_gather_diffs`)."""
     order = list(a.kinds) + [k for k in b.kinds if not a.has(k)]
     kinds = []
     empty = np.zeros((0, 0), dtype=np.int64)
@@ -230,9 +242,8 @@ def diff_layouts(a, b) -> LayoutDiff:
     lo = max(a.ranks.start, b.ranks.start)
     hi = min(a.ranks.stop, b.ranks.stop)
     common = range(lo, max(lo, hi))
-    ka, kb = collective_kinds(a), collective_kinds(b)
     return LayoutDiff(
         a=a, b=b, config_changes=_config_changes(a, b), kinds=kinds,
         new_group_calls=(len(a.creation_order), len(b.creation_order)),
         communicators=(_totals(a, common), _totals(b, common)), common_ranks=common,
-        all_gather={w: _all_gather(a, b, w, ka, kb, common) for w in ("dense", "expert")})
+        all_gather=all_gather_diffs(a, b, impl, sharding))

@@ -130,7 +130,9 @@ class Collectives:
     """The groups that run the distributed optimizer's collectives on one rank.
 
     ``*_overlap`` is True when the all-gather runs on a different communicator
-    from the reduce-scatter (so the two can run at the same time).
+    from the reduce-scatter (so the two can run at the same time). ``impl``: the
+    data-parallel implementation they were resolved for (:mod:`simharness.ag_readers`);
+    ``"unknown"`` resolves the all-gather as its one reader, Megatron-FSDP, would run it.
     """
 
     rank: int
@@ -138,6 +140,7 @@ class Collectives:
     dense_all_gather: CollectiveGroup
     expert_reduce_scatter: CollectiveGroup
     expert_all_gather: CollectiveGroup
+    impl: str = "unknown"
 
     @property
     def dense_overlap(self) -> bool:
@@ -155,6 +158,7 @@ class Collectives:
             out[name] = {"kind": g.kind, "ranks": list(g.ranks)}
         out["dense_overlap"] = self.dense_overlap
         out["expert_overlap"] = self.expert_overlap
+        out["dp_impl"] = self.impl
         return out
 
 
@@ -317,22 +321,38 @@ class Layout:
                 return CollectiveGroup(k, membership=groups[k])
         raise GroupNotInitialized(f"none of the groups {kinds} exists on this rank")
 
-    def _collectives(self, r: int, groups: Mapping[str, Membership]) -> Collectives:
-        n = self.config.num_distributed_optimizer_instances
-        dense_rs = self._pick(groups, *(("intra_dp_cp",) if n > 1 else ()), "dp_cp")
-        dense_ag = self._pick(groups, "dp_cp_ag") if "dp_cp_ag" in groups else dense_rs
-        expert_rs = self._pick(groups, *(("intra_ep_dp",) if n > 1 else ()), "ep_dp")
-        expert_ag = self._pick(groups, "ep_dp_ag") if "ep_dp_ag" in groups else expert_rs
-        return Collectives(r, dense_rs, dense_ag, expert_rs, expert_ag)
+    def _collectives(self, r: int, groups: Mapping[str, Membership], impl: str = "unknown",
+                     sharding: str | None = None) -> Collectives:
+        from .ag_readers import AG_PROFILES, reads_ag_group
 
-    def resolve_collectives(self, rank: int) -> Collectives:
+        n = self.config.num_distributed_optimizer_instances
+        profile = self.mcore if self.mcore in AG_PROFILES else "0.19"
+
+        def reads(expert: bool) -> bool:
+            return impl == "unknown" or reads_ag_group(profile, impl,  # type: ignore[arg-type]
+                                                       expert=expert, sharding=sharding)
+
+        dense_rs = self._pick(groups, *(("intra_dp_cp",) if n > 1 else ()), "dp_cp")
+        dense_ag = self._pick(groups, "dp_cp_ag") if "dp_cp_ag" in groups and reads(False) \
+            else dense_rs
+        expert_rs = self._pick(groups, *(("intra_ep_dp",) if n > 1 else ()), "ep_dp")
+        expert_ag = self._pick(groups, "ep_dp_ag") if "ep_dp_ag" in groups and reads(True) \
+            else expert_rs
+        return Collectives(r, dense_rs, dense_ag, expert_rs, expert_ag, impl)
+
+    def resolve_collectives(self, rank: int, impl: str = "unknown",
+                            sharding: str | None = None) -> Collectives:
         """Which group runs the gradient reduce-scatter and the parameter all-gather.
 
-        Option on: the all-gather runs on the AG group (its own communicator).
-        Option off: on the reduce-scatter's DP-with-CP group itself, so the two
-        serialise. Expert parameters use the expert DP group, and under the
-        0.16 profile there is no expert AG group (the 0.18 and 0.19 profiles
-        make one when ep > 1), so they never overlap there.
+        The AG group is read only by Megatron-FSDP with a sharding strategy
+        (:mod:`simharness.ag_readers`, pinned to Megatron's code): for ``impl``
+        ``"fsdp"`` with the option on, the all-gather runs on the AG group (its own
+        communicator); option off, or any other implementation (``"dist-opt"``,
+        ``"ddp"``, ``"torch-fsdp2"``, ``"fsdp-v2"``), on the reduce-scatter's
+        DP-with-CP group itself, so the two serialise. ``"unknown"`` (the default)
+        resolves it as Megatron-FSDP would. Expert parameters use the expert DP
+        group, and under the 0.16 profile there is no expert AG group (the 0.18 and
+        0.19 profiles make one when ep > 1), so they never overlap there.
         """
         r = self._check_rank(rank)
         groups = {}
@@ -341,7 +361,7 @@ class Layout:
                 m = self.membership(k, r)
                 if m is not None:
                     groups[k] = m
-        return self._collectives(r, groups)
+        return self._collectives(r, groups, impl, sharding)
 
     def get_data_parallel_group(self, rank: int, **kwargs) -> tuple[int, ...]:
         """Megatron's ``get_data_parallel_group`` of this profile, for ``rank``.

@@ -106,14 +106,16 @@ def node_spans(layout, kind: str, gpus_per_node: int) -> NodeSpans:
     return NodeSpans(kind, gpus_per_node, nodes[:, 0], nodes[:, -1], n_nodes)
 
 
-def collective_kinds(layout) -> dict[str, str]:
-    """Which kind runs each optimizer collective (the same on every rank).
+def collective_kinds(layout, impl: str = "unknown", sharding: str | None = None
+                     ) -> dict[str, str]:
+    """Which kind runs each optimizer collective (the same on every rank), for the
+    data-parallel implementation ``impl`` (:meth:`Layout.resolve_collectives`).
 
     >>> from simharness import ParallelismConfig, build_layout
     >>> collective_kinds(build_layout(ParallelismConfig(world_size=4)))["dense_all_gather"]
     'dp_cp'
     """
-    c = layout.resolve_collectives(layout.ranks.start)
+    c = layout.resolve_collectives(layout.ranks.start, impl, sharding)
     return {"dense_reduce_scatter": c.dense_reduce_scatter.kind,
             "dense_all_gather": c.dense_all_gather.kind,
             "expert_reduce_scatter": c.expert_reduce_scatter.kind,

@@ -13,7 +13,14 @@ import click
 from ..layout import Layout
 from ..reports import findings_report
 from . import output as out
-from .options import config_options, load_layout, megatron_args_options, output_options
+from .options import (
+    config_options,
+    dp_impl_from_options,
+    launch_from_options,
+    load_layout,
+    megatron_args_options,
+    output_options,
+)
 from .output import echo_findings, findings_exit_code, findings_verdict
 from .render import WORLD_AUTO_WORDS, short_line
 
@@ -22,11 +29,11 @@ def register(main: click.Group) -> None:
     main.add_command(check_cmd)
 
 
-def _run_check(layout: Layout):
-    """Every check on ``layout``, as a list."""
+def _run_check(layout: Layout, **kw):
+    """Every check on ``layout``, as a list (``kw``: ``dp``, ``launch``)."""
     from ..checks import check
 
-    return list(check(layout))
+    return list(check(layout, **kw))
 
 
 def _findings_csv(findings) -> None:
@@ -66,12 +73,23 @@ def check_cmd(fmt, quiet, strict, **kwargs):
     Examples:
       simharness check -n 16 --tp 2 --pp 2 --cp 2
       simharness check --config recipe.yaml --strict --format json
+      simharness check -n 16 --cp 2 --create-all-gather-group --dp-impl dist-opt
+
+    Who reads the all-gather group depends on the data-parallel implementation
+    (--dp-impl, or the ddp: block of a recipe): only Megatron-FSDP does. What an
+    unread group costs depends on the launch (--lazy-communicators, the default and
+    Megatron-LM's own init, or --eager-communicators).
     """
+    dp = dp_impl_from_options(**kwargs)
+    launch, launch_from = launch_from_options(**kwargs)
     layout, world_auto = load_layout(kwargs, "check")
-    findings = _run_check(layout)
+    findings = _run_check(layout, dp=dp, launch=launch)
     title = short_line(layout)
     if world_auto:  # the same words as inspect's summary
         title += f"\nworld: {layout.world_size} ranks ({WORLD_AUTO_WORDS})"
+    if layout.config.create_all_gather_group or dp.impl != "unknown":
+        title += f"\n{dp.describe()}; communicators {launch} ({launch_from})"
     echo_findings_as(findings, fmt=fmt, quiet=quiet, strict=strict, title=title,
-                     head=lambda: {"summary": layout.summary(), "world_auto": world_auto})
+                     head=lambda: {"summary": layout.summary(), "world_auto": world_auto,
+                                   "dp_impl": dp.to_dict(), "communicators": launch})
     click.get_current_context().exit(findings_exit_code(findings, strict))

@@ -9,7 +9,7 @@ from __future__ import annotations
 import click
 
 from . import output as out
-from .options import config_options, output_options
+from .options import config_options, dp_impl_from_options, output_options
 from .replay import layout_for_replay
 
 
@@ -62,14 +62,17 @@ def replay_data_cmd(ctx, plan_path, capture_path, kind, steps, dense_buckets, ex
 
     Megatron (--kind megatron): every rank reduce-scatters bucketed float64
     gradients on its DP-with-CP group (expert buckets on the expert DP group)
-    and all-gathers the updated shards on the all-gather group, issued
-    asynchronously so that the all-gather of one bucket overlaps the
-    reduce-scatter of the next, for --steps SGD steps. It runs twice in one
-    launch: the all-gather on its own communicator ("separate": the plan's AG
-    group, or a twin when the option is off) and on the reduce-scatter group
-    ("shared"). The parameters must be bit-identical to a single-process
-    reference on every rank; each all-gathered element carries its sender's
-    rank, shard, bucket and step, so a misaligned AG group is reported as
+    and all-gathers the updated shards, issued asynchronously so that the
+    all-gather of one bucket can overlap the reduce-scatter of the next, for
+    --steps SGD steps. It runs twice in one launch: the all-gather on the
+    reduce-scatter group ("shared": what DDP with the distributed optimizer does,
+    option on or off) and on its own communicator ("separate": the plan's AG
+    group, or a twin when the option is off: what Megatron-FSDP, the AG group's
+    one reader, does with the option on). --dp-impl (or the ddp: block of
+    --config) names which one is your job's path. The parameters must be
+    bit-identical to a single-process reference on every rank; each
+    all-gathered element carries its sender's rank, shard, bucket and step, so
+    a misaligned AG group is reported as
     "rank 0 holds shard 1 ... but it came from rank 2, expected rank 4".
 
     FSDP2 (--kind fsdp2): a two-layer model under fully_shard on the
@@ -86,6 +89,7 @@ def replay_data_cmd(ctx, plan_path, capture_path, kind, steps, dense_buckets, ex
       simharness replay-data -n 8 --tp 2 --create-all-gather-group --swap 2,3
       simharness replay-data -n 8 --kind fsdp2
     """
+    from ..ag_readers import AG_PROFILES, datapath_variants
     from ..replay.controller import write_report
     from ..replay.datapath import (
         DataPathOptions,
@@ -95,6 +99,7 @@ def replay_data_cmd(ctx, plan_path, capture_path, kind, steps, dense_buckets, ex
         swap_ranks,
     )
 
+    dp = dp_impl_from_options(**kwargs)
     layout, _ = layout_for_replay(plan_path, "plan", kwargs)
     out.check_writable(report_path, "--report")  # before any rank starts
     notes = []
@@ -111,6 +116,11 @@ def replay_data_cmd(ctx, plan_path, capture_path, kind, steps, dense_buckets, ex
         report["swap"] = swap
     if capture_path:
         report["capture"] = {"file": capture_path, "notes": [f.message for f in notes]}
+    readers: list[str] = []
+    if kind == "megatron":
+        readers = datapath_variants(layout.mcore if layout.mcore in AG_PROFILES else "0.19", dp)
+        report["dp_impl"] = dp.to_dict()
+        report["all_gather_readers"] = readers
     if report_path:
         write_report(report, report_path)
     if fmt == "json":
@@ -118,6 +128,8 @@ def replay_data_cmd(ctx, plan_path, capture_path, kind, steps, dense_buckets, ex
     elif not quiet:
         for line in summary_lines(report):
             if line.startswith("result:"):
+                for words in readers:  # who each variant stands for, before the result
+                    out.echo(out.dim(f"  {words}"))
                 line = out.style(line, fg="green" if report["exit_code"] == 0 else "red",
                                  bold=True)
             out.echo(line)

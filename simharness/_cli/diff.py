@@ -22,6 +22,8 @@ from .options import (
     config_flags_given,
     config_from_options,
     config_options,
+    dp_impl_from_options,
+    launch_from_options,
     output_options,
 )
 from .render import range_text, short_line
@@ -103,10 +105,15 @@ def diff_cmd(files, fmt, quiet, show_all, toggles, changes, exit_code, **kwargs)
     """
     from ..diff import diff_layouts
 
-    d = diff_layouts(*_sides(files, toggles, changes, kwargs))
+    dp = dp_impl_from_options(**kwargs)
+    launch, launch_from = launch_from_options(**kwargs)
+    d = diff_layouts(*_sides(files, toggles, changes, kwargs), dp.impl, dp.sharding)
     code = 1 if (exit_code or quiet) and not d.identical else 0
     if fmt == "json":
-        out.echo_json(d.to_dict(limit=None if show_all else 64))
+        doc = d.to_dict(limit=None if show_all else 64)
+        doc["dp_impl"] = dp.to_dict()
+        doc["all_gather_memory"] = _memory_words(d, dp, launch)
+        out.echo_json(doc)
     elif fmt == "csv":
         rows: list[list[str]] = []
         for k in d.changed_kinds:
@@ -114,8 +121,47 @@ def diff_cmd(files, fmt, quiet, show_all, toggles, changes, exit_code, **kwargs)
                 rows.extend([k.kind, sign, out.ranks_cell(r)] for r in np.asarray(arr))
         out.echo_csv(["kind", "change", "ranks"], rows)
     elif not quiet:
-        _echo_diff(d, show_all)
+        _echo_diff(d, show_all, "as Megatron-FSDP runs it" if dp.impl == "unknown"
+                   else f"for {dp.name}")
+        _echo_readers(d, dp, launch, launch_from)
     click.get_current_context().exit(code)
+
+
+def _ag_profile(layout: Layout) -> str:
+    from ..ag_readers import AG_PROFILES
+
+    return layout.mcore if layout.mcore in AG_PROFILES else "0.19"
+
+
+def _memory_words(d, dp, launch: str) -> str | None:
+    """Which memory case the change in communicators is, when side B has an AG group."""
+    from ..ag_readers import memory_case
+
+    b = d.b
+    if not b.has("dp_cp_ag"):
+        return None
+    return memory_case(launch, dp.reads(_ag_profile(b)))
+
+
+def _echo_readers(d, dp, launch: str, launch_from: str) -> None:
+    """Who reads the all-gather group, in ag_readers' words: what the diff above means for
+    the data-parallel implementation, and (unknown) for the others too."""
+    from ..diff import all_gather_diffs
+
+    a, b = d.a, d.b
+    if not (a.has("dp_cp_ag") or b.has("dp_cp_ag")):
+        return
+    profile = _ag_profile(b if b.has("dp_cp_ag") else a)
+    out.echo(out.dim(f"  {dp.describe()}"))
+    out.echo(f"  {dp.sentence(profile)}")
+    if dp.impl == "unknown":
+        other = all_gather_diffs(a, b, "dist-opt")["dense"]
+        out.echo(f"  above: Megatron-FSDP; under DDP with the distributed optimizer (or plain "
+                 f"DDP, torch FSDP2) the dense all-gather stays on {other.kinds[1]}: "
+                 f"{'unchanged' if not other.changed else 'it changes too'}")
+    mem = _memory_words(d, dp, launch)
+    if mem:
+        out.echo(f"  communicators per rank above: {mem} ({launch_from})")
 
 
 def _sides(files: Sequence[str], toggles: Sequence[str], changes: Sequence[str],
@@ -187,7 +233,7 @@ def _changed_sides(kwargs: dict, mcores: tuple[str, ...], toggles: Sequence[str]
     return a, b
 
 
-def _echo_diff(d, show_all: bool) -> None:
+def _echo_diff(d, show_all: bool, whose: str = "") -> None:
     a, b = d.a, d.b
     out.echo(out.render_table(None, [[out.heading("A"), short_line(a)],
                                      [out.heading("B"), short_line(b)]]))
@@ -244,7 +290,7 @@ def _echo_diff(d, show_all: bool) -> None:
                 out.echo(out.pack_cells([out.style(f"{mark}{out.format_ranks(arr[i])}",
                                                    fg=color) for i in tail], indent=6))
     out.echo()
-    out.echo(out.heading("parameter all-gather"))
+    out.echo(out.heading("parameter all-gather") + (f"  {out.dim(whose)}" if whose else ""))
     rows = []
     for which, ag in d.all_gather.items():
         def side(kind, shared):

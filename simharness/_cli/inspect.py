@@ -7,12 +7,14 @@ from typing import Any
 import click
 import numpy as np
 
+from ..ag_readers import AG_PROFILES, UNKNOWN, DPImpl, all_gather_use
 from ..layout import Layout
 from ..reports import NodeGrid, node_grid
 from . import output as out
 from .errors import fail
 from .options import (
     config_options,
+    dp_impl_from_options,
     load_layout,
     megatron_args_options,
     node_shape,
@@ -55,25 +57,28 @@ def inspect_cmd(fmt, quiet, show_all, kinds, rank, grid, **kwargs):
     purpose = ("build" if rank is not None else "inspect-grid" if grid
                else "inspect" if fmt == "table" and not show_all
                else "inspect-all" if fmt == "table" else f"inspect-{fmt}")
+    dp = dp_impl_from_options(**kwargs)
     layout, world_auto = load_layout(kwargs, purpose)
     for k in kinds:
         layout.entry(k)  # unknown kind -> LayoutError naming the kinds
     if rank is not None:
-        return _inspect_rank(layout, rank, kinds, fmt, quiet)
+        return _inspect_rank(layout, rank, kinds, fmt, quiet, dp)
     if grid:
         if len(kinds) > 1:
             fail(f"--grid marks one kind's groups, got {len(kinds)} (--kind "
                  f"{' --kind '.join(kinds)}); give one --kind.")
         _, gpn = node_shape(layout.config, **kwargs)
         return _inspect_grid(layout, kinds[0] if kinds else "dp_cp", gpn, fmt, quiet, show_all)
-    _inspect_kinds(layout, list(kinds) or list(layout.kinds), world_auto, fmt, quiet, show_all)
+    _inspect_kinds(layout, list(kinds) or list(layout.kinds), world_auto, fmt, quiet, show_all,
+                   dp)
 
 
 def _inspect_kinds(layout: Layout, selected: list[str], world_auto: bool, fmt: str, quiet: bool,
-                   show_all: bool) -> None:
+                   show_all: bool, dp: DPImpl = UNKNOWN) -> None:
     """The default view: the summary and each selected kind's groups."""
     if fmt == "json":
         out.echo_json({"summary": layout.summary(), "world_auto": world_auto,
+                       "dp_impl": dp.to_dict(),
                        "kinds": kinds_dict(layout, selected, show_all=show_all)})
     elif fmt == "csv":
         rows: list[list[Any]] = []
@@ -84,16 +89,20 @@ def _inspect_kinds(layout: Layout, selected: list[str], world_auto: bool, fmt: s
         out.echo_csv(["kind", "group", "group_size", "ranks"], rows)
     else:
         if not quiet:
-            echo_summary(layout, world_auto=world_auto)
+            echo_summary(layout, world_auto=world_auto, dp=dp)
             out.echo()
         echo_kinds(layout, selected, show_all=show_all, quiet=quiet)
 
 
-def _inspect_rank(layout: Layout, rank: int, kinds, fmt: str, quiet: bool) -> None:
+def _inspect_rank(layout: Layout, rank: int, kinds, fmt: str, quiet: bool,
+                  dp: DPImpl = UNKNOWN) -> None:
     view = layout.rank(rank)
     selected = [k for k in (kinds or view.groups.keys()) if k in view.groups]
+    c = layout.resolve_collectives(view.rank, dp.impl, dp.sharding)
     if fmt == "json":
         d = view.to_dict()
+        d["collectives"] = c.to_dict()
+        d["dp_impl"] = dp.to_dict()
         if kinds:
             d["groups"] = {k: v for k, v in d["groups"].items() if k in kinds}
         out.echo_json(d)
@@ -135,21 +144,26 @@ def _inspect_rank(layout: Layout, rank: int, kinds, fmt: str, quiet: bool) -> No
                             "ranks"], rows))
     if quiet:
         return
-    c = view.collectives
     out.echo()
-    out.echo(out.heading("optimizer collectives"))
+    out.echo(out.heading("optimizer collectives") + "  " + out.dim(dp.describe()))
+    profile = layout.mcore if layout.mcore in AG_PROFILES else "0.19"
+    on = layout.config.create_all_gather_group
     crow = []
     for label, g, note in (
-            ("dense reduce-scatter", c.dense_reduce_scatter, ""),
+            ("dense reduce-scatter", c.dense_reduce_scatter,
+             "plain DDP all-reduces its gradients here" if dp.impl == "ddp" else ""),
             ("dense all-gather", c.dense_all_gather,
-             "own communicator: overlaps the reduce-scatter" if c.dense_overlap
-             else "same communicator as the reduce-scatter: they serialise"),
-            ("expert reduce-scatter", c.expert_reduce_scatter, ""),
+             all_gather_use(profile, dp, expert=False, option_on=on and layout.has("dp_cp_ag"))),
+            ("expert reduce-scatter", c.expert_reduce_scatter,
+             "plain DDP all-reduces its gradients here" if dp.impl == "ddp" else ""),
             ("expert all-gather", c.expert_all_gather,
-             "own communicator: overlaps the reduce-scatter" if c.expert_overlap
-             else "same communicator as the reduce-scatter: they serialise")):
+             all_gather_use(profile, dp, expert=True, option_on=on and layout.has("ep_dp_ag")))):
         crow.append([label, g.kind, out.format_ranks(g.ranks), out.dim(note) if note else ""])
     out.echo(out.render_table(None, crow, indent=2))
+    if on:
+        out.echo("  " + dp.sentence(profile))
+        if layout.has("ep_dp_ag") or layout.config.ep > 1:
+            out.echo("  " + dp.sentence(profile, expert=True))
 
 
 def _grid_note(g: NodeGrid) -> str | None:

@@ -46,6 +46,16 @@ given), else the file's ``world_size`` (or ``trainer.num_nodes *
 trainer.devices``), else the library's smallest valid world. ``--world-size``
 and ``--nodes`` that disagree are an error.
 
+Two more flags describe the job rather than its groups (not configuration fields, so not
+in :data:`CONFIG_PARAMS`): ``--dp-impl fsdp|fsdp-v2|dist-opt|ddp|torch-fsdp2`` [dp_impl],
+the data-parallel implementation (it decides who reads the all-gather group,
+:mod:`simharness.ag_readers`), and ``--lazy-communicators/--eager-communicators``
+[launch], whether NCCL communicators are created at a group's first collective
+(Megatron-LM's own init) or when the group is (``init_process_group(device_id=...)``).
+``dp_impl_from_options(**kwargs) -> DPImpl`` merges ``--dp-impl`` with the ``ddp:`` block
+of ``--config`` (a flag that contradicts the file is refused); ``launch_from_options``
+gives ``("lazy"|"eager", where it came from)``.
+
 ``@config_options(mcore_multiple=True)`` makes ``--mcore`` repeatable (its
 value is then a tuple; ``config_from_options`` takes the first, or pass
 ``mcore=`` explicitly).
@@ -85,7 +95,8 @@ DEFAULT_GPUS_PER_NODE = 8
 __all__ = [
     "CONFIG_PARAMS", "DEFAULT_GPUS_PER_NODE", "WholeNumber",
     "config_fields_from_options", "config_flags_given", "config_from_options", "config_options",
-    "layout_from_options", "load_layout", "node_shape", "output_options",
+    "dp_impl_from_options", "launch_from_options", "layout_from_options", "load_layout",
+    "node_shape", "output_options",
 ]
 
 
@@ -229,9 +240,69 @@ def config_options(func: Callable | None = None, *, mcore_multiple: bool = False
             kw = dict(kw)
             kw.setdefault("default", None)
             f = click.option(*decls, name, **kw)(f)
-        return f
+        return _job_options(f)
 
     return decorate(func) if func is not None else decorate
+
+
+def _job_options(f: Callable) -> Callable:
+    """``--dp-impl`` and ``--lazy-communicators/--eager-communicators``."""
+    from ..ag_readers import IMPL_CHOICES
+
+    f = click.option(
+        "--lazy-communicators/--eager-communicators", "launch", default=None,
+        help="How the job creates NCCL communicators: at a group's first collective (lazy, "
+             "the default: Megatron-LM's initialize.py passes no device_id to "
+             "init_process_group) or when the group is created (eager: "
+             "init_process_group(device_id=...)). Decides what an unread group costs.")(f)
+    f = click.option(
+        "--dp-impl", "dp_impl", type=click.Choice(IMPL_CHOICES), default=None,
+        help="The data-parallel implementation: fsdp (Megatron-FSDP), dist-opt (DDP with the "
+             "distributed optimizer), ddp, torch-fsdp2, fsdp-v2 (Megatron-LM main). Only "
+             "Megatron-FSDP reads the all-gather group. Default: the ddp: block of --config, "
+             "else not known (both cases shown).")(f)
+    return f
+
+
+def dp_impl_from_options(**kwargs):
+    """The :class:`~simharness.ag_readers.DPImpl` of ``--dp-impl`` and the ``ddp:`` block of
+    ``--config``; a flag that names another implementation than the file is refused."""
+    from ..ag_readers import DPImpl, dp_impl_from_ddp_block
+
+    cf = _read_file(kwargs.get("config_file"))
+    mcore = kwargs.get("mcore")
+    if isinstance(mcore, (tuple, list)):
+        mcore = mcore[0] if mcore else None
+    profile = mcore or (cf.mcore if cf else None)
+    from_file = DPImpl()
+    if cf is not None and cf.ddp is not None:
+        from_file = dp_impl_from_ddp_block(cf.ddp, profile=profile,
+                                           where=f"{cf.path} {cf.ddp_where}")
+    megatron = kwargs.get(MEGATRON_DDP)
+    if megatron is not None:
+        from_args = dp_impl_from_ddp_block(megatron, profile=profile,
+                                           where="the Megatron-LM arguments")
+        if from_file.impl not in ("unknown", from_args.impl):
+            fail(f"the Megatron-LM arguments give {from_args.name}, but {from_file.source} "
+                 f"gives {from_file.name}; give one of them.")
+        from_file = from_args
+    flag = kwargs.get("dp_impl")
+    if flag is None:
+        return from_file
+    if from_file.impl not in ("unknown", flag):
+        fail(f"--dp-impl {flag} conflicts with {from_file.source} ({from_file.name}); give "
+             f"one of them.")
+    if from_file.impl == flag:
+        return from_file
+    return DPImpl(flag, source="--dp-impl")
+
+
+def launch_from_options(**kwargs) -> tuple[str, str]:
+    """``("lazy"|"eager", "flag"|"default")``: how communicators are created."""
+    launch = kwargs.get("launch")
+    if launch is None:
+        return "lazy", "default: Megatron-LM's own init"
+    return ("lazy" if launch else "eager"), "flag"
 
 
 def config_flags_given(**kwargs) -> list[str]:
@@ -409,9 +480,9 @@ def output_options(formats: tuple[str, ...] = ("table", "json", "csv"), *,
 
 
 # ------------------------------------------------------------ Megatron-LM's arguments
-#: where a command finds the data-parallel implementation the Megatron-LM arguments give
-#: (a ddp-block mapping for :func:`simharness.ag_readers.impl_from_ddp_block`)
-MEGATRON_DDP_META = "simharness.megatron_ddp"
+#: the kwargs key where a command finds the data-parallel implementation the Megatron-LM
+#: arguments give (a ddp-block mapping; :func:`dp_impl_from_options` reads it)
+MEGATRON_DDP = "megatron_ddp"
 
 
 def megatron_args_options():
@@ -419,16 +490,15 @@ def megatron_args_options():
     argument list read whole (:mod:`simharness.megatron_args`) and merged into the
     command's flags before the command runs. A flag that disagrees with an argument is
     refused; every argument the command does not use is listed on stderr as not affecting
-    the result; the data-parallel implementation goes to ``ctx.meta[MEGATRON_DDP_META]``.
-    Place it directly above the command's function (below ``@config_options``)."""
+    the result; the data-parallel implementation goes to ``kwargs[MEGATRON_DDP]``, where
+    :func:`dp_impl_from_options` reads it. Place it directly above the command's function
+    (below ``@config_options``)."""
     import functools
 
     def decorate(f: Callable) -> Callable:
         @functools.wraps(f)
         def run(*args, **kwargs):
-            megatron = apply_megatron_args(kwargs)
-            if megatron is not None:
-                click.get_current_context().meta[MEGATRON_DDP_META] = dict(megatron.ddp)
+            apply_megatron_args(kwargs)
             return f(*args, **kwargs)
 
         run = click.argument("megatron_argv", nargs=-1, type=click.UNPROCESSED,
@@ -492,6 +562,7 @@ def apply_megatron_args(kwargs: dict[str, Any]):
             unused.append(arg_of[name])
     if "--swiglu" in a.used and not model_used:
         unused.append("--swiglu")
+    kwargs[MEGATRON_DDP] = dict(a.ddp)
     _megatron_note(a, unused, kwargs, a.model_notes if model_used else ())
     return a
 

@@ -39,22 +39,24 @@ def range_text(lo: int, hi: int) -> str:
     return str(lo) if lo == hi else f"{lo}..{hi}"
 
 
-def all_gather_words(layout: Layout) -> str:
-    from ..views import collective_kinds
+def all_gather_words(layout: Layout, dp=None) -> str:
+    """Where the dense parameter all-gather runs, for ``dp`` (a
+    :class:`~simharness.ag_readers.DPImpl`; None: not known), in ag_readers' words."""
+    from ..ag_readers import AG_PROFILES, UNKNOWN, all_gather_use
 
-    k = collective_kinds(layout)
-    dense = ("its own communicator (overlaps the reduce-scatter)"
-             if k["dense_all_gather"] != k["dense_reduce_scatter"]
-             else "the reduce-scatter's communicator (they serialise)")
+    dp = dp or UNKNOWN
+    profile = layout.mcore if layout.mcore in AG_PROFILES else "0.19"
+    on = layout.config.create_all_gather_group and layout.has("dp_cp_ag")
+    who = "" if dp.impl == "unknown" else f" ({dp.name})"
     return (f"create_all_gather_group {out.onoff(layout.config.create_all_gather_group)}: dense "
-            f"all-gather on {k['dense_all_gather']}, {dense}")
+            f"parameter all-gather{who} {all_gather_use(profile, dp, option_on=on)}")
 
 
 #: the note when no world was given and the sizes chose the smallest (inspect, check)
 WORLD_AUTO_WORDS = "smallest world these sizes fit; set --world-size or --nodes"
 
 
-def summary_rows(layout: Layout, *, world_auto: bool = False) -> list[list[str]]:
+def summary_rows(layout: Layout, *, world_auto: bool = False, dp=None) -> list[list[str]]:
     s = layout.summary()
     cfg = layout.config
     c = s["communicators_per_rank"]
@@ -70,7 +72,7 @@ def summary_rows(layout: Layout, *, world_auto: bool = False) -> list[list[str]]
         ["mcore", f"{layout.mcore} profile"],
         ["order", order],
         ["sizes", sizes_line(cfg)],
-        ["all-gather", all_gather_words(layout)],
+        ["all-gather", all_gather_words(layout, dp)],
     ]
     if n > 1:
         rows.append(["optimizer", f"{n} distributed-optimizer instances of "
@@ -83,9 +85,9 @@ def summary_rows(layout: Layout, *, world_auto: bool = False) -> list[list[str]]
     return rows
 
 
-def echo_summary(layout: Layout, *, world_auto: bool = False) -> None:
-    out.echo(out.render_table(None, [[out.heading(a), b]
-                                     for a, b in summary_rows(layout, world_auto=world_auto)]))
+def echo_summary(layout: Layout, *, world_auto: bool = False, dp=None) -> None:
+    rows = summary_rows(layout, world_auto=world_auto, dp=dp)
+    out.echo(out.render_table(None, [[out.heading(a), b] for a, b in rows]))
 
 
 def kind_title(layout: Layout, kind: str) -> str:

@@ -23,7 +23,8 @@ from ..topology.locality import analyse
 from ..topology.placement import place_layout, read_hosts
 from ..topology.sizing import cluster_for
 from .common import config_options, layout_from_options, output_options
-from .options import megatron_args_options
+from .errors import fail
+from .options import dp_impl_from_options, launch_from_options, megatron_args_options
 from .output import echo, echo_findings, findings_exit_code, findings_verdict, render_table, to_json
 
 _UNITS = {"": 1, "k": 1e3, "m": 1e6, "g": 1e9, "t": 1e12,
@@ -182,7 +183,8 @@ def format_simulate(rep, cluster: Cluster, *, quiet: bool = False, explain: bool
     out.append(f"gain of create_all_gather_group: {lo:.1f}% to {hi:.1f}% of the step "
                f"(links only: {ms(rep.gain_s)} ms, slowest stage {w.stage}); memory: "
                f"+{rep.extra_memory_mb:.0f} MB per GPU ("
-               + " + ".join(f"{k} {mb:.0f} MB" for k, mb in rep.comm_memories) + ")")
+               + " + ".join(f"{k} {mb:.0f} MB" for k, mb in rep.comm_memories) + ")"
+               + (f", {rep.memory_words}" if rep.memory_words else ""))
     if not quiet:
         out.extend(f"communicator memory, {line}" for line in rep.memory_lines)
         out.append("the model cannot know: " + "; ".join(rep.unknowns))
@@ -377,7 +379,9 @@ def topology_cost(name, nodes, ranks_per_node, collective, sizes, algo, proto, c
                        "algbw_gb_per_s": e.algbw_measured_gb_per_s,
                        "busbw_gb_per_s": e.busbw_gb_per_s, "pick": e.pick,
                        "channels": e.n_channels, "nccl_latency_us": e.latency_us,
-                       "nccl_bw_gb_per_s": e.algbw_gb_per_s, "pipeline_fill_us": e.ramp_us,
+                       "nccl_bw_gb_per_s": e.algbw_gb_per_s,
+                       "pipeline_fill_us": e.ramp_us - e.transport_us,
+                       "network_transport_us": e.transport_us,
                        "nccl": version} for e in rows]))
         return
     if not quiet:
@@ -508,9 +512,10 @@ def with_model(f):
 @click.option("--model-config", type=click.Path(dir_okay=False), default=None,
               help="Megatron (YAML/JSON) or Hugging Face config.json of the model.")
 @with_model
-@click.option("--schedule", type=click.Choice(SCHEDULES), default="fsdp", show_default=True,
-              help="fsdp: Megatron-FSDP (the only user of the all-gather group); dist-opt: "
-                   "the distributed optimizer with overlap_grad_reduce/overlap_param_gather.")
+@click.option("--schedule", type=click.Choice(SCHEDULES), default=None,
+              help="fsdp: Megatron-FSDP (the only reader of the all-gather group); dist-opt: "
+                   "the distributed optimizer with overlap_grad_reduce/overlap_param_gather. "
+                   "Default: from --dp-impl or the recipe's ddp: block, else fsdp.")
 @click.option("--overlap-param-gather-with-optimizer-step", "opt_step", is_flag=True,
               default=False, help="dist-opt: dispatch every chunk's all-gather in the "
                                   "optimizer step (interleaved pipelines only).")
@@ -541,8 +546,9 @@ def with_model(f):
               help="Megatron's layer layout, e.g. 'Et*3|(tt|)*29,m|L' (E embedding, t layer, "
                    "m MTP layer (not priced), L loss, | between pp x vpp virtual stages); it "
                    "places every layer (--layers defaults to its t count).")
-@click.option("--grad-scale", type=click.FloatRange(min=0), default=1.0, show_default=True,
-              help="Gradient bytes per parameter byte (2 for fp32 grads of bf16 params).")
+@click.option("--grad-scale", type=click.FloatRange(min=0), default=None,
+              help="Gradient bytes per parameter byte (2 for fp32 grads of bf16 params). "
+                   "Default: from the recipe's ddp.grad_reduce_in_fp32, else 1.")
 @click.option("--rs-kind", default="dp_cp", show_default=True,
               help="Group kind of the dense gradient reduce-scatter.")
 @click.option("--ag-kind", default=None,
@@ -571,6 +577,10 @@ def simulate_cmd(topology, hosts, first_device, model_bytes, expert_bytes, layer
                  pp_layout, grad_scale, rs_kind, ag_kind, nccl, comm_memory_mb, collnet,
                  launch_queue, explain, fmt, quiet, **kwargs):
     model_fields = {name: kwargs.pop(name) for _, name, _ in _MODEL_FLAGS}
+    dp = dp_impl_from_options(**kwargs)
+    launch, launch_from = launch_from_options(**kwargs)
+    schedule, schedule_from = simulate_schedule(schedule, dp)
+    grad_scale, grad_from = simulate_grad_scale(grad_scale, bytes_per_param, dp)
     hosts_list = read_hosts(hosts) if hosts else None
     layout, cluster = _layout_and_cluster(topology, kwargs, hosts_list=hosts_list,
                                           first_device=first_device)
@@ -585,13 +595,88 @@ def simulate_cmd(topology, hosts, first_device, model_bytes, expert_bytes, layer
                             bytes_per_param=bytes_per_param, rs_kind=rs_kind, ag_kind=ag_kind,
                             comm_memory_mb=comm_memory_mb, collnet=collnet, nccl=nccl,
                             param_gather_with_optimizer_step=opt_step,
-                            launch_queue=launch_queue)
+                            launch_queue=launch_queue, **_reader_inputs(layout, schedule, dp,
+                                                                        launch))
     rep = place_and_simulate(layout, cluster, inputs, hosts=hosts_list,
                              first_device=first_device)
+    sources = {"schedule": [schedule, schedule_from], "grad_scale": [grad_scale, grad_from],
+               "communicators": [launch, launch_from], "dp_impl": dp.to_dict()}
     if fmt == "json":
-        echo(to_json(dict(rep.to_dict(), topology=cluster.summary())))
+        echo(to_json(dict(rep.to_dict(), topology=cluster.summary(), inputs_from=sources)))
     else:
+        if not quiet:
+            echo(_sources_line(schedule, schedule_from, grad_scale, bytes_per_param, grad_from,
+                               launch, launch_from, dp))
         echo(format_simulate(rep, cluster, quiet=quiet, explain=explain))
+
+
+def simulate_schedule(schedule: str | None, dp) -> tuple[str, str]:
+    """``(schedule, where it came from)``: ``--schedule``, else the implementation of
+    ``--dp-impl`` or the recipe's ``ddp:`` block, else ``fsdp``; a flag that contradicts the
+    implementation, or an implementation no schedule models, is refused."""
+    implied = {"fsdp": "fsdp", "dist-opt": "dist-opt"}.get(dp.impl)
+    if dp.impl not in ("unknown", "fsdp", "dist-opt") or (
+            dp.impl == "fsdp" and dp.sharding == "no_shard"):
+        fail(f"{dp.source} names {dp.name}, which simulate does not model: "
+             f"{dp.sentence('0.19')}; simulate models Megatron-FSDP with a sharding strategy "
+             f"(--schedule fsdp) and the distributed optimizer (--schedule dist-opt).")
+    if schedule is not None:
+        if implied is not None and implied != schedule:
+            fail(f"--schedule {schedule} conflicts with {dp.source} ({dp.name}, schedule "
+                 f"{implied}); give one of them.")
+        return schedule, "--schedule"
+    if implied is not None:
+        return implied, dp.source
+    return "fsdp", "default"
+
+
+def simulate_grad_scale(grad_scale: float | None, bytes_per_param: float,
+                        dp) -> tuple[float, str]:
+    """``(gradient bytes per parameter byte, where it came from)``: ``--grad-scale``, else
+    the recipe's ``ddp.grad_reduce_in_fp32`` (fp32: 4 bytes over --bytes-per-param), else 1;
+    a flag that contradicts the recipe is refused."""
+    from_recipe = None
+    if dp.grad_reduce_in_fp32 is not None:
+        from_recipe = 4.0 / bytes_per_param if dp.grad_reduce_in_fp32 else 1.0
+    if grad_scale is not None:
+        if from_recipe is not None and abs(grad_scale - from_recipe) > 1e-9:
+            fail(f"--grad-scale {grad_scale:g} conflicts with {dp.source} grad_reduce_in_fp32 "
+                 f"{str(dp.grad_reduce_in_fp32).lower()} (gradient scale {from_recipe:g} with "
+                 f"--bytes-per-param {bytes_per_param:g}); give one of them.")
+        return grad_scale, "--grad-scale"
+    if from_recipe is not None:
+        return from_recipe, f"{dp.source} grad_reduce_in_fp32"
+    return 1.0, "default"
+
+
+def _reader_inputs(layout, schedule: str, dp, launch: str) -> dict:
+    """Who reads the AG group under the schedule, and the memory case, for SimulateInputs."""
+    from ..ag_readers import AG_PROFILES, DPImpl, memory_case, memory_paid
+
+    profile = layout.mcore if layout.mcore in AG_PROFILES else "0.19"
+    modelled = dp if dp.impl != "unknown" else DPImpl(
+        "fsdp" if schedule == "fsdp" else "dist-opt")
+    read = modelled.reads(profile)
+    return {"reader_words": modelled.sentence(profile),
+            "memory_words": memory_case(launch, read),
+            "memory_paid": memory_paid(launch, read)}
+
+
+def _sources_line(schedule, schedule_from, grad_scale, bytes_per_param, grad_from, launch,
+                  launch_from, dp) -> str:
+    width = grad_scale * bytes_per_param
+    dtype = ("fp32" if abs(width - 4.0) < 1e-9 else "the parameters' dtype"
+             if abs(grad_scale - 1.0) < 1e-9 else f"{width:g} bytes per element")
+    lines = [f"schedule {schedule} (from {schedule_from}); gradient reduce-scatter "
+             f"{grad_scale:g} x the parameter bytes ({dtype}, from {grad_from}); communicators "
+             f"{launch} (from {launch_from})"]
+    if dp.impl == "dist-opt" and schedule == "dist-opt":
+        off = [k for k in ("overlap_grad_reduce", "overlap_param_gather")
+               if getattr(dp, k) is False]
+        if off:
+            lines.append(f"note: the dist-opt schedule models overlap_grad_reduce and "
+                         f"overlap_param_gather on; {dp.source} has {', '.join(off)} off")
+    return "\n".join([dp.describe()] + lines)
 
 
 def register(main: click.Group) -> None:

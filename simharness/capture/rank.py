@@ -1,6 +1,6 @@
-"""Moved to :mod:`simharness.capture.faithful_rank`; this path re-exports it for one release.
-
-``python -m simharness.capture.rank`` still runs it.
+"""``python -m simharness.capture.rank``: the public command for the capture worker
+under torchrun or srun (the name users' launch scripts and the docs use). The code lives
+in :mod:`simharness.capture.faithful_rank`; this module runs it and re-exports its names.
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
-"""Moved to :mod:`simharness.launch.bootstrap`; this path re-exports it for one release.
-
-``python -m simharness.launch.rank`` still runs it.
+"""``python -m simharness.launch.rank``: the public command for the per-rank bootstrap
+under torchrun or srun (the name users' launch scripts and the docs use). The code lives
+in :mod:`simharness.launch.bootstrap`; this module runs it and re-exports its names.
 """
 
 from __future__ import annotations

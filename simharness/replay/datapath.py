@@ -4,7 +4,9 @@ Pure part (no torch): the options, the synthetic buckets, the single-process
 reference and the analysis that turns what the ranks saw into
 :class:`~simharness.findings.Finding` objects; their exact values, the payload
 tags and the FSDP2 reference are :mod:`.datapath_values` (re-exported here).
-The ranks run :mod:`.datapath_worker` (Megatron's distributed optimizer) or
+The ranks run :mod:`.datapath_worker` (Megatron's bucketed reduce-scatter and
+parameter all-gather: the distributed optimizer's pattern on one communicator,
+Megatron-FSDP's on the all-gather group, its one reader; :mod:`simharness.ag_readers`) or
 :mod:`.datapath_fsdp` (PyTorch FSDP2); :func:`replay_data` launches them.
 
 Megatron mode, per step and per bucket: every rank computes a gradient (a
@@ -74,7 +76,7 @@ SEPARATE = "separate"       # the all-gather on its own group: two communicators
 class DataPathOptions:
     """How to replay the data path.
 
-    ``kind``: ``megatron`` (distributed optimizer buckets) or ``fsdp2``
+    ``kind``: ``megatron`` (Megatron's gradient buckets) or ``fsdp2``
     (``fully_shard`` with and without ``set_separate_reduce_scatter_group``).
     ``steps``: optimizer steps; ``dense_buckets``/``expert_buckets``: buckets
     per rank; ``shard_numel``: elements of one rank's shard of a bucket.

@@ -13,10 +13,17 @@ import math
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 
+from ..ag_readers import ag_reader_sentence
+from ..profiles import DEFAULT_MCORE
 from ..topology.comm_memory import CommMemoryInputs, comm_memory
 from ..topology.nccl_model import debug_lines, tune
 from .engine import Timeline, Unit
 from .pricing import ROLE_COLLECTIVE, ROLE_NAMES, JobGroups, Pricer
+
+# The words for the distributed optimizer when the caller passes none (the CLI passes the
+# sentence of the job's implementation and profile as ``reader_words``): said once, in
+# simharness.ag_readers.
+DIST_OPT_WORDS = ag_reader_sentence(DEFAULT_MCORE, "dist-opt")
 
 HBM_BYTES_PER_WIRE_BYTE = 3.0  # read source + read/write staging; ours, an estimate
 
@@ -99,6 +106,12 @@ class OverlapReport:
     shared_slowdown_words: str = ""
     ag_used: bool = True     # whether the schedule uses the all-gather group at all
     has_traffic: bool = True
+    # Who reads the AG group and which memory case is priced, in simharness.ag_readers'
+    # words (the CLI passes them in); memory_paid False: the launch creates no communicator
+    # for a group nothing reads, so the figure above is not spent.
+    reader_words: str = ""
+    memory_words: str = ""
+    memory_paid: bool = True
 
     @property
     def one(self) -> Timeline:
@@ -138,13 +151,15 @@ class OverlapReport:
     def verdict(self) -> str:
         """One line that agrees with the gain range and names the memory it costs."""
         mem = f"+{self.extra_memory_mb:.0f} MB per GPU"
+        if not self.memory_paid:
+            mem = (f"no memory under this launch (+{self.extra_memory_mb:.0f} MB per GPU with "
+                   f"communicators created eagerly)")
         if not self.has_traffic:
             return ("nothing to overlap: the data-parallel groups have one rank (no collective "
                     f"traffic); the all-gather group would cost {mem}")
         if not self.ag_used:
-            return ("no effect: the distributed optimizer gathers parameters on its "
-                    "reduce-scatter group (only Megatron-FSDP uses the all-gather group); "
-                    f"the flag only costs {mem}")
+            why = self.reader_words or DIST_OPT_WORDS
+            return f"no effect for the distributed optimizer: {why}; the flag costs {mem}"
         lo, hi = self.gain_range_pct
         rng = f"{lo:+.1f}% to {hi:+.1f}% of the step" if abs(hi - lo) >= 0.05 \
             else f"{lo:+.1f}% of the step"
@@ -190,7 +205,9 @@ class OverlapReport:
             "unknowns": list(self.unknowns), "hbm_share": self.hbm_share,
             "latency_share": self.latency_share, "shared_slowdown": self.shared_slowdown,
             "shared_slowdown_words": self.shared_slowdown_words,
-            "cost_classes": self.cost_classes, "verdict": self.verdict}
+            "cost_classes": self.cost_classes, "verdict": self.verdict,
+            "all_gather_readers": self.reader_words, "memory_case": self.memory_words,
+            "memory_paid": self.memory_paid}
 
 
 #: what each sharing scenario shares, in one line (the names of ``sharing_scenarios``)

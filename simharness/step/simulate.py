@@ -65,7 +65,9 @@ class SimulateInputs:
     ``bucket_params``: dist-opt's bucket size (default ``max(40M, 1M x dp)``,
     ``distributed_data_parallel.py:131-134``, dp without CP,
     ``process_groups_config.py:581``). ``launch_queue``: add the one-launch-queue
-    scenario (default: for dist-opt only, :mod:`.engine`).
+    scenario (default: for dist-opt only, :mod:`.engine`). ``reader_words``,
+    ``memory_words``, ``memory_paid``: who reads the all-gather group and which memory
+    case is priced (:mod:`simharness.ag_readers`' words, passed through to the report).
     """
 
     stages: Sequence[StageWork]
@@ -84,6 +86,9 @@ class SimulateInputs:
     param_gather_with_optimizer_step: bool = False
     bucket_params: float | None = None
     launch_queue: bool | None = None
+    reader_words: str = ""
+    memory_words: str = ""
+    memory_paid: bool = True
 
 
 def _check_inputs(cfg, schedule: str, grad_scale: float, bytes_per_param: float,
@@ -199,7 +204,8 @@ def simulate(layout, placement: Placement, inputs: SimulateInputs) -> OverlapRep
         notes=tuple(notes), unknowns=model_unknowns(spec, "exp_rs" in jg.kind, hbm), hbm_share=hbm,
         latency_share=latency_share, shared_slowdown=slowdown,
         shared_slowdown_words=slowdown_words,
-        ag_used=schedule == "fsdp", has_traffic=bool(crow))
+        ag_used=schedule == "fsdp", has_traffic=bool(crow), reader_words=inputs.reader_words,
+        memory_words=inputs.memory_words, memory_paid=inputs.memory_paid)
 
 
 def _slowdown_words(keep, labels: list[str], kind: dict[str, str], slowdown: float) -> str:

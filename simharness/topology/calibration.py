@@ -30,7 +30,12 @@ else:  # Python 3.10: the tomli backport, a dependency there
 from .cost import predict
 from .errors import TopologyError
 from .loader import load_cluster, topology_dir
-from .nccl_ramp import LAUNCH_MODES, LAUNCH_US_SINGLE_PER_GPU, launch_overhead_us
+from .nccl_ramp import (
+    LAUNCH_MODES,
+    LAUNCH_US_SINGLE_PER_GPU,
+    launch_overhead_us,
+    net_steps,
+)
 from .nccl_tuning import DEFAULT_NCCL, bus_factor
 
 DEFAULT_PATH = topology_dir() / "calibration" / "nccl_calibration.toml"
@@ -228,6 +233,47 @@ def fit_single_launch_us(points: list[CalPoint]) -> float:
     return float(grid[int(np.argmin(cost))])
 
 
+def fit_net_step_us(points: list[CalPoint], transport: str = "efa") -> float:
+    """``NET_STEP_US[transport]`` fitted on the ``fit`` points only, us.
+
+    Over every point with ``split == "fit"`` on a topology whose network is ``transport``
+    and that crosses it, the per-step cost S that minimises the sum of squared
+    log(predicted / measured time), predicted = the model's time without the transport
+    term + ``net_steps x S`` (NCCL's pick is unchanged: its tuner does not see S); a grid
+    of 1 us over 0-400 us. Held-out points are ignored, whatever they say.
+
+    >>> from simharness.topology.nccl_ramp import NET_STEP_US
+    >>> fit_net_step_us(load_points(DEFAULT_PATH)) == NET_STEP_US["efa"]
+    True
+    """
+    rows = []
+    for p in points:
+        if p.split != "fit":
+            continue
+        cluster = load_cluster(p.topology, p.nodes)
+        so = cluster.spec.scale_out
+        if so is None or so.transport != transport:
+            continue
+        dev = p.devices(cluster.gpus_per_node)
+        domains = int(np.unique(cluster.domain_of(dev)).size)
+        est = predict(cluster, dev, p.collective, p.size,
+                      algo=None if p.algo == "default" else p.algo, nccl=_version(p))
+        steps = net_steps(est.collective, est.algo, domains)
+        if not steps:
+            continue
+        base = est.time_us - est.transport_us
+        measured_us = p.measured if p.metric == "time_us" else _value(p, 1.0) / p.measured
+        rows.append((base, steps, measured_us))
+    if not rows:
+        raise TopologyError(f"no fit point crosses a {transport} network: nothing to fit its "
+                            "per-step cost on")
+    base_us, n_steps, meas = (np.array(x, dtype=float) for x in zip(*rows, strict=True))
+    grid = np.arange(0, 401, dtype=float)
+    pred = base_us[None, :] + n_steps[None, :] * grid[:, None]
+    cost = (np.log(pred / meas[None, :]) ** 2).sum(axis=1)
+    return float(grid[int(np.argmin(cost))])
+
+
 @dataclass(frozen=True)
 class BandSummary:
     """Held-out figures of one size band (:data:`SIZE_BANDS`)."""
@@ -261,6 +307,51 @@ def band_summaries(results: list[CalResult]) -> list[BandSummary]:
         med = float(np.median(speeds)) if speeds else float("nan")
         out.append(BandSummary(band, len(rs), sum(r.within_target for r in rs),
                                sum(v > 1.0 for v in speeds), med))
+    return out
+
+
+def network_class(point: CalPoint) -> str:
+    """The network class a point is reported in: ``NVLink <arch>`` when its GPUs share one
+    NVLink domain (one node, or one multi-node NVLink rack), else the network's transport
+    and the GPUs' architecture (``InfiniBand hopper``, ``EFA hopper``, ``RoCE hopper``).
+
+    >>> p = CalPoint("x", "s", "all_reduce", "ring", 2**30, "aws-p5", 2, 8, "heldout",
+    ...              busbw=1.0)
+    >>> network_class(p)
+    'EFA hopper'
+    """
+    spec = load_cluster(point.topology, point.nodes).spec
+    nodes = point.node_list if point.node_list is not None else range(point.nodes)
+    domains = {n // spec.nodes_per_domain for n in nodes}
+    arch = spec.node.arch or "generic"
+    if len(domains) == 1 or spec.scale_out is None:
+        return f"NVLink {arch}"
+    names = {"infiniband": "InfiniBand", "roce": "RoCE", "efa": "EFA"}
+    return f"{names[spec.scale_out.transport]} {arch}"
+
+
+@dataclass(frozen=True)
+class ClassSummary:
+    """Held-out figures of one network class, over all sizes and per size band."""
+
+    network: str
+    all: BandSummary
+    bands: tuple[BandSummary, ...]
+
+
+def class_summaries(results: list[CalResult]) -> list[ClassSummary]:
+    """Per network class (:func:`network_class`): the summary over all sizes, then per
+    size band (:data:`SIZE_BANDS`); classes sorted by name."""
+    by: dict[str, list[CalResult]] = {}
+    for r in results:
+        by.setdefault(network_class(r.point), []).append(r)
+    out = []
+    for name in sorted(by):
+        rs = by[name]
+        speeds = sorted(r.speed_ratio for r in rs)
+        total = BandSummary("all", len(rs), sum(r.within_target for r in rs),
+                            sum(v > 1.0 for v in speeds), float(np.median(speeds)))
+        out.append(ClassSummary(name, total, tuple(band_summaries(rs))))
     return out
 
 

@@ -265,7 +265,10 @@ def shape_of(cluster: Cluster, rings: Rings, i: int = 0, *, rate_gb_per_s: float
         net_gb_per_s=float(rings.net_gb_per_s[i]) if domains.size > 1 else 0.0,
         nvls=spec.scale_up.nvls, collnet=collnet, mnnvl=spec.nodes_per_domain > 1,
         step_latency_us=float(rings.step_latency_us[i]),
-        base_latency_us=spec.base_latency_us, nodes=nodes, share=min(share, 1.0))
+        base_latency_us=spec.base_latency_us, nodes=nodes, share=min(share, 1.0),
+        transport=so.transport if so is not None else "infiniband",
+        net_plugin=so.net_plugin if so is not None else "",
+        tuner_plugin=so.tuner_plugin if so is not None else "")
 
 
 def node_views(cluster: Cluster, devices) -> tuple[NodeView, ...]:

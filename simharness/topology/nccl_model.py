@@ -91,6 +91,7 @@ from .nccl_ramp import (
     LAUNCH_US,
     LAUNCH_US_SINGLE_PER_GPU,
     NCCL_STEPS,
+    NET_STEP_US,
     NVLS_AG_RS_ONE_NODE_STAGES,
     NVLS_CHUNK_BYTES,
     NVLS_ONE_NODE_STAGES,
@@ -98,6 +99,8 @@ from .nccl_ramp import (
     _nvls_chunk,
     launch_overhead_us,
     launch_period_us,
+    net_steps,
+    net_transport_us,
     nvls_loops,
     pipeline_fill_us,
 )
@@ -138,14 +141,15 @@ from .nccl_tuning import (
 __all__ = [
     "ALGOS", "ARCHS", "BASE_LAT", "COLLECTIVES", "DEFAULT_NCCL", "HW_LAT", "LAUNCH_MODES",
     "LAUNCH_US", "LAUNCH_US_SINGLE_PER_GPU", "LL_MAX_BW", "LL_MAX_BW_INTEL", "MAX_BYTES",
-    "MAX_THREADS", "NCCL_STEPS", "NCCL_VERSIONS", "NET_OVERHEAD_US", "NVLINK_BW_PER_LINK",
+    "MAX_THREADS", "NCCL_STEPS", "NCCL_VERSIONS", "NET_STEP_US", "NET_OVERHEAD_US",
+    "NVLINK_BW_PER_LINK",
     "NVLS_AG_RS_ONE_NODE_STAGES", "NVLS_CHUNK_BYTES", "NVLS_EFFICIENCY", "NVLS_ONE_NODE_STAGES",
     "PAT_FACTOR", "PER_CH_MAX_NVLS_TREE", "PER_CH_MAX_RING_LL128", "PER_CH_MAX_TREE",
     "PER_CH_MAX_TREE_LL128", "PROTOS", "RING_PLATEAU", "SIMPLE_STEP_BYTES", "TREE_CORRECTION",
     "CommGraphs", "Estimate", "Graph", "GroupShape", "NodeView", "Table", "_ALIASES", "_choice",
     "_log2i", "_nvls_chunk", "bus_factor", "check_size", "choose", "collective_name",
-    "debug_lines", "launch_overhead_us", "launch_period_us", "nccl_version", "nvls_loops",
-    "pipeline_fill_us", "tune", "tuning_lines",
+    "debug_lines", "fabric_lines", "launch_overhead_us", "launch_period_us", "nccl_version",
+    "net_steps", "net_transport_us", "nvls_loops", "pipeline_fill_us", "tune", "tuning_lines",
 ]
 
 
@@ -179,6 +183,9 @@ class GroupShape:
     base_latency_us: float = 0.0
     nodes: tuple[NodeView, ...] | None = None
     share: float = 1.0
+    transport: str = "infiniband"  # the network's transport ([scale_out] transport)
+    net_plugin: str = ""           # an external NCCL net plugin, as the topology names it
+    tuner_plugin: str = ""         # an external NCCL tuner plugin (named, not modelled)
 
     @property
     def ppn(self) -> float:
@@ -203,7 +210,9 @@ class GroupShape:
                 f"{self.arch or 'generic'}, NVLink {self.intra_gb_per_s:.1f} GB/s, ring "
                 f"{self.ring_gb_per_s:.1f} GB/s, net {self.net_gb_per_s:.1f} GB/s/rank"
                 + (", NVLS" if self.nvls else "") + (", CollNet/SHARP" if self.collnet else "")
-                + (", MNNVL" if self.mnnvl else ""))
+                + (", MNNVL" if self.mnnvl else "")
+                + (f", {self.transport}" if self.n_nodes > 1 and self.transport != "infiniband"
+                   else ""))
 
 
 @dataclass(frozen=True)
@@ -224,6 +233,7 @@ class Estimate:
     n_ranks: int
     n_channels: int  # CTAs the kernel launches: the channels of this call's plan
     ramp_us: float = 0.0
+    transport_us: float = 0.0  # part of ramp_us: the transport's per-step cost (EFA)
 
     @property
     def nccl_time_us(self) -> float:
@@ -283,7 +293,7 @@ class Table:
                 and size_bytes / (nch * s.n_ranks) >= 64):
             lat *= RING_PLATEAU
         ctas = 0
-        ramp = 0.0
+        ramp = transport = 0.0
         if s.n_ranks > 1:
             if g is None:
                 ctas = 1
@@ -297,8 +307,10 @@ class Table:
                 ctas = plan_channels(g, algo, proto, size_bytes, threads, s.n_ranks)
                 ramp = pipeline_fill_us(self.collective, algo, proto, size_bytes, s, g, bw,
                                         ctas)
+                transport = net_transport_us(self.collective, algo, proto, s)
+                ramp += transport
         return Estimate(self.collective, algo, proto, size_bytes, lat, bw, s.n_ranks, ctas,
-                        ramp)
+                        ramp, transport)
 
     def all_estimates(self, size_bytes: float) -> list[Estimate]:
         """Every enabled (algorithm, protocol), in NCCL's order of preference (its time)."""
@@ -574,4 +586,46 @@ def debug_lines(shape: GroupShape, collective: str, *, nccl: str = DEFAULT_NCCL)
     out += [f"NCCL INFO {line}" for line in table.graphs.lines()]
     out.append(f"tuning table (the {table.collective} row prices the pick):")
     out += [f"NCCL INFO {line}" for line in tuning_lines(shape, nccl=nccl)]
+    out += fabric_lines(shape)
+    return out
+
+
+# What each network transport changes in NCCL, and what of it the model prices.
+_TRANSPORT_NOTES = {
+    "infiniband": "InfiniBand through NCCL's own IB verbs transport (net_ib.cc): modelled with "
+                  "NCCL's own network latencies and bandwidths (tuning.cc hwLat[NET]).",
+    "roce": "RoCE, priced as NCCL's IB verbs transport (net_ib.cc drives a RoCE port as an "
+            "IB port), exactly as InfiniBand; a provider's own net plugin is assumed to cost "
+            "the same. Assumed: the lossless settings (PFC/ECN, congestion control) hold, so "
+            "no loss or back-off; no SHARP/CollNet on Ethernet.",
+    "efa": "EFA through a net plugin (NCCL has no EFA transport): NCCL's network latencies "
+           "as for InfiniBand, plus a per-network-step cost of the plugin's transport, "
+           f"{NET_STEP_US['efa']:g} us FITTED on the published p5 sweeps marked fit (no source "
+           "gives it; it also absorbs what the plugin's tuner picks differently); no "
+           "SHARP/CollNet on EFA.",
+}
+
+
+def fabric_lines(shape: GroupShape) -> list[str]:
+    """What the group's network changes in NCCL and what the model assumes of it (for
+    ``--explain``); nothing for a group inside one NVLink domain.
+
+    >>> s = GroupShape(n_ranks=16, n_nodes=2, arch="hopper", intra_gb_per_s=370.8,
+    ...                ring_gb_per_s=47.0, transport="roce")
+    >>> fabric_lines(s)[1].startswith("network: RoCE")
+    True
+    """
+    if shape.n_nodes < 2 or shape.arch is None:
+        return []
+    out = ["fabric (what the network changes in NCCL; modelled / assumed):",
+           "network: " + _TRANSPORT_NOTES[shape.transport]]
+    if shape.net_plugin:
+        out.append(f"net plugin: {shape.net_plugin}")
+    if shape.tuner_plugin:
+        out.append(f"tuner plugin: {shape.tuner_plugin}; NOT modelled: the table above is "
+                   "NCCL's own tuner, and the pick priced is NCCL's (the plugin can pick "
+                   "another algorithm, protocol or channel count)")
+    out.append("CollNet/SHARP: " + ("enabled (--collnet): CollNet rows are priced" if
+                                    shape.collnet else "not used (no --collnet, or the "
+                                    "switches have no SHARP)"))
     return out

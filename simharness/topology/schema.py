@@ -25,6 +25,9 @@ from .nccl_tuning import ARCHS
 
 SCHEMA_VERSION = 1
 WIRINGS = ("rail", "tor")
+# NCCL's network transport: NCCL's own IB verbs plugin (net_ib.cc) on InfiniBand or RoCE,
+# or an external net plugin (libnccl-net.so) -- on EFA, aws-ofi-nccl over libfabric.
+TRANSPORTS = ("infiniband", "roce", "efa")
 _MISSING = object()
 
 
@@ -85,6 +88,9 @@ class ScaleOutSpec:
     nic: str = ""
     sharp: bool = False  # switches run in-network reductions (InfiniBand SHARP -> CollNet)
     pxn: bool = True     # NCCL PXN: cross-rail traffic moves over NVLink to the rail's GPU
+    transport: str = "infiniband"  # infiniband, roce (NCCL's IB verbs) or efa (aws-ofi-nccl)
+    net_plugin: str = ""           # external NCCL net plugin (documentation), e.g. aws-ofi-nccl
+    tuner_plugin: str = ""         # external NCCL tuner plugin in use (not modelled: named only)
 
     @property
     def nic_gb_per_s(self) -> float:
@@ -283,7 +289,16 @@ def _scale_out(t: _Table, node: NodeSpec) -> ScaleOutSpec:
         tiers=tiers,
         nic=t.text("nic", default=""),
         sharp=t.flag("sharp"),
-        pxn=t.flag("pxn", default=True))
+        pxn=t.flag("pxn", default=True),
+        transport=t.text("transport", TRANSPORTS, default="infiniband"),
+        net_plugin=t.text("net_plugin", default=""),
+        tuner_plugin=t.text("tuner_plugin", default=""))
+    if scale_out.transport == "efa" and not scale_out.net_plugin:
+        raise t._fail("net_plugin", "the NCCL net plugin that drives EFA (NCCL has no EFA "
+                      "transport of its own): net_plugin = \"aws-ofi-nccl\"", "")
+    if scale_out.sharp and scale_out.transport != "infiniband":
+        raise t._fail("sharp", f"false unless transport is 'infiniband' (SHARP / CollNet runs "
+                      f"in InfiniBand switches; transport is {scale_out.transport!r})", True)
     t.done()
     return scale_out
 

@@ -106,3 +106,23 @@ def test_apply_keeps_the_ddp_mapping_and_sets_unflagged_fields():
                                      "--hybrid-context-parallel (Megatron-LM)"),)
     assert a.ddp == {"use_megatron_fsdp": True, "grad_reduce_in_fp32": True}
     assert apply_megatron_args({"megatron_argv": ()}) is None
+
+
+def test_the_implementation_flows_to_check_and_simulate():
+    """Mixtral's arguments say --use-distributed-optimizer and --bf16: check says the AG
+    group is unread, simulate takes the dist-opt schedule and fp32 gradients from them."""
+    r = invoke("check", "-n", 32, "--megatron-args", MIXTRAL, "--", "--create-all-gather-group")
+    assert "DDP with the distributed optimizer (from the Megatron-LM arguments)" in r.stdout
+    assert "ag-unread" in r.stdout and "no effect for the distributed optimizer" in r.stdout
+    r = invoke("simulate", "--topology", "dgx-h100-superpod", "--nodes", 4, "--mfu", 0.4,
+               "-f", "json", "--megatron-args", MIXTRAL, "--", "--create-all-gather-group")
+    assert r.exit_code == 0, r.output
+    data = json.loads(r.stdout)
+    assert data["schedule"] == "dist-opt" and data["inputs_from"]["grad_scale"][0] == 2.0
+    assert "Megatron-LM arguments" in data["inputs_from"]["schedule"][1]
+    assert data["verdict"].startswith("no effect for the distributed optimizer")
+    r = invoke("check", "-n", 32, "--dp-impl", "fsdp", "--megatron-args", MIXTRAL)
+    assert r.exit_code == 2
+    errors = [x for x in r.stderr.splitlines() if x.startswith("error: ")]
+    assert len(errors) == 1 and "Traceback" not in r.output  # after the note of what was read
+    assert "--dp-impl fsdp conflicts with the Megatron-LM arguments" in errors[0]

@@ -189,7 +189,7 @@ def test_replay_data_at_the_issue_s_sizes_is_refused(memory, monkeypatch):
 def test_a_crash_is_one_line_and_exit_3_with_the_debug_hint(monkeypatch):
     import simharness._cli.check as layout_cli
 
-    def boom(layout):
+    def boom(layout, **kw):
         raise KeyError("no such thing")
     monkeypatch.setattr(layout_cli, "_run_check", boom)
     monkeypatch.delenv("SIMHARNESS_DEBUG", raising=False)
@@ -205,7 +205,7 @@ def test_a_crash_is_one_line_and_exit_3_with_the_debug_hint(monkeypatch):
 def test_memory_error_is_exit_3_and_says_so(monkeypatch):
     import simharness._cli.check as layout_cli
 
-    def boom(layout):
+    def boom(layout, **kw):
         raise MemoryError()
     monkeypatch.setattr(layout_cli, "_run_check", boom)
     monkeypatch.delenv("SIMHARNESS_DEBUG", raising=False)

@@ -28,7 +28,9 @@ from simharness.topology import (
 
 SHIPPED = list_topologies()
 REQUIRED = {"dgx-h100", "dgx-h100-superpod", "dgx-h200-cluster", "hgx-a100-cluster",
-            "gb200-nvl72", "gb200-nvl72-superpod", "cpu-loopback"}
+            "gb200-nvl72", "gb200-nvl72-superpod", "cpu-loopback",
+            # the fabrics users rent (issue 26)
+            "aws-p5", "gcp-a3-ultra", "azure-nd-h100-v5", "azure-nd-h200-v5", "dgx-a100"}
 
 
 def test_the_promised_topologies_ship():
@@ -142,6 +144,14 @@ MALFORMED = [
     (("max_nodes = 2048", "max_nodes = 4"), "default_nodes",
      "at most max_nodes (4)"),
     (('name = "dgx-h100-superpod"', "name = 5"), "name", "a string, got 5"),
+    (('wiring = "rail"', 'wiring = "rail"\ntransport = "ethernet"'), "[scale_out] transport",
+     "one of 'infiniband', 'roce', 'efa', got 'ethernet'"),
+    (("sharp = true ", 'transport = "efa"\nsharp = false '),
+     "[scale_out] net_plugin", "the NCCL net plugin that drives EFA"),
+    (('wiring = "rail"', 'wiring = "rail"\ntransport = "roce"'), "[scale_out] sharp",
+     "false unless transport is 'infiniband'"),
+    (('wiring = "rail"', 'wiring = "rail"\ntuner_plugin = 3'), "[scale_out] tuner_plugin",
+     "a string, got 3"),
 ]
 
 
@@ -210,3 +220,58 @@ def test_shipped_files_are_plain_toml_with_the_documented_sections():
         assert {"name", "node", "scale_up"} <= set(data)
         assert f"`{name}.toml`" in readme  # every file is listed in the README
     assert load_graph("dgx-h100").number_of_nodes() == 8 + 1 + 8 + 8
+
+
+# ------------------------------------------------------------------ rented fabrics (issue 26)
+@pytest.mark.parametrize("name, transport, nics, gbit, sharp", [
+    ("aws-p5", "efa", 8, 400, False),            # 32 x 100G EFA = one 400G NCCL device per GPU
+    ("gcp-a3-ultra", "roce", 8, 400, False),     # 8 x CX-7 400G RoCE
+    ("azure-nd-h100-v5", "infiniband", 8, 400, False),
+    ("azure-nd-h200-v5", "infiniband", 8, 400, False),
+])
+def test_cloud_fabrics_say_what_network_they_are(name, transport, nics, gbit, sharp):
+    so = load_spec(name).scale_out
+    assert (so.transport, so.nics_per_node, so.speed_gbit_per_s, so.sharp) == (
+        transport, nics, gbit, sharp)
+    assert ("aws-ofi-nccl" in so.net_plugin) == (transport == "efa")
+
+
+def test_every_network_constant_of_the_rented_fabrics_has_a_source_or_says_assumed():
+    """Each `key = value` line of the network tables carries a comment (source or "assumed")."""
+    for name in ("aws-p5", "gcp-a3-ultra", "azure-nd-h100-v5", "azure-nd-h200-v5"):
+        text = (topology_dir() / f"{name}.toml").read_text()
+        assert load_spec(name).references
+        body = text.split("[scale_out]", 1)[1].split("[collective]", 1)[0]
+        for line in body.splitlines():
+            if "=" in line and not line.startswith(("#", "[", "name ", "nic ", "net_plugin",
+                                                     "tuner_plugin")):
+                assert "#" in line, f"{name}: {line!r} has no source"
+
+
+def test_the_a100_node_has_nvlink3_and_no_nvls():
+    spec = load_spec("dgx-a100")
+    assert (spec.node.arch, spec.scale_up.nvls, spec.scale_out) == ("ampere", False, None)
+    assert spec.scale_up.bandwidth_gb_per_s * spec.scale_up.efficiency == pytest.approx(240.0)
+
+
+def test_explain_says_what_a_fabric_changes_in_nccl():
+    from simharness.topology.cost import build_rings, shape_of
+    from simharness.topology.nccl_model import debug_lines
+
+    def fabric(name):
+        c = load_cluster(name, 2)
+        shape = shape_of(c, build_rings(c, [list(range(16))]), 0)
+        lines = debug_lines(shape, "all_reduce")
+        return "\n".join(lines[lines.index(next(x for x in lines if x.startswith("fabric"))):])
+
+    efa = fabric("aws-p5")
+    assert "EFA through a net plugin" in efa and "aws-ofi-nccl" in efa
+    assert "tuner plugin" in efa and "NOT modelled" in efa
+    roce = fabric("gcp-a3-ultra")
+    assert "RoCE" in roce and "lossless" in roce and "gIB" in roce
+    azure = fabric("azure-nd-h100-v5")
+    assert "tuner plugin" not in azure and "net plugin" not in azure
+    assert "InfiniBand through NCCL's own IB verbs" in fabric("azure-nd-h100-v5")
+    one = load_cluster("dgx-a100")
+    lines = debug_lines(shape_of(one, build_rings(one, [list(range(8))]), 0), "all_reduce")
+    assert not any(x.startswith("fabric") for x in lines)   # no network, nothing to say

@@ -330,7 +330,8 @@ def test_dist_opt_never_uses_the_all_gather_group():
                compute_ms=1.0, schedule="dist-opt")
     assert dist.groups["dense_ag"] == "dp_cp" and not dist.ag_used
     assert all(sc.gain_pct == 0.0 for sc in dist.scenarios)
-    assert dist.verdict.startswith("no effect: the distributed optimizer")
+    assert dist.verdict.startswith("no effect for the distributed optimizer: ")
+
     assert f"+{dist.extra_memory_mb:.0f} MB" in dist.verdict
     # fewer collectives than fsdp (buckets of >= 40M params, one all-gather per bucket)
     assert sum(c.count for c in dist.collectives) < sum(c.count for c in fsdp.collectives)
@@ -403,3 +404,15 @@ def test_memory_cost_of_the_extra_communicators():
     mem = dict(idle.comm_memories)
     assert mem["ep_dp_ag"] < mem["dp_cp_ag"]
     assert any(line.startswith("ep_dp_ag (no traffic here") for line in idle.memory_lines)
+
+
+def test_the_step_models_dist_opt_words_are_ag_readers_words():
+    from simharness.ag_readers import ag_reader_sentence
+    from simharness.step.report import DIST_OPT_WORDS
+
+    # the distributed optimizer gathers on its reduce-scatter group in every profile
+    assert ag_reader_sentence("0.19", "dist-opt") == DIST_OPT_WORDS
+    assert "start_param_sync" in DIST_OPT_WORDS and "buys nothing" in DIST_OPT_WORDS
+    from simharness.ag_readers import DPImpl, no_effect_words
+
+    assert no_effect_words(DPImpl("dist-opt")) == "no effect for the distributed optimizer"
