@@ -23,12 +23,12 @@ The limit is :data:`USABLE_FRACTION` of what :func:`available_memory` finds: Lin
 from __future__ import annotations
 
 import os
-import re
 from collections.abc import Callable
 from dataclasses import dataclass
-from fractions import Fraction
 from pathlib import Path
 
+from . import envvars
+from .envvars import size_bytes
 from .errors import SimharnessError
 
 MEMORY_ENV = "SIMHARNESS_MEMORY_LIMIT"
@@ -82,10 +82,12 @@ class ResourceError(SimharnessError):
 
 @dataclass(frozen=True)
 class MemoryLimit:
-    """Bytes this process may use, and where the figure comes from."""
+    """Bytes this process may use, and where the figure comes from; ``note``: said once
+    when :data:`MEMORY_ENV` asked for more than the machine has and was capped."""
 
     available: int
     source: str
+    note: str | None = None
 
     @property
     def usable(self) -> int:
@@ -103,30 +105,6 @@ def fmt_bytes(n: float) -> str:
             return f"{n:.0f} B" if unit == "B" else f"{n:.1f} {unit}"
         n /= 1024
     raise AssertionError("unreachable")  # pragma: no cover
-
-
-_SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(?:([kmgt])i?b?|b)?\s*$", re.IGNORECASE)
-
-
-def size_bytes(text: str | int) -> int | None:
-    """A size in bytes, powers of 1024: ``24G``, ``512MiB``, ``4Gi``, ``1.5K``, ``64b``,
-    ``1000``; None when ``text`` is not one or is not a whole number of bytes. The one
-    reading of sizes for every option and variable that takes one.
-
-    >>> size_bytes("24G"), size_bytes("512MiB"), size_bytes("1.5K"), size_bytes(" 7 b ")
-    (25769803776, 536870912, 1536, 7)
-    >>> size_bytes("1.5"), size_bytes("4 GB/s"), size_bytes("-1"), size_bytes(True)
-    (None, None, None, None)
-    """
-    if isinstance(text, bool):
-        return None
-    if isinstance(text, int):
-        return text if text >= 0 else None
-    m = _SIZE.match(str(text))
-    if not m:
-        return None
-    value = Fraction(m.group(1)) * (1 << (10 * " kmgt".index((m.group(2) or " ").lower())))
-    return int(value) if value.denominator == 1 else None
 
 
 def parse_size(text: str) -> int:
@@ -197,12 +175,10 @@ def _cgroup_room(root: Path = Path("/sys/fs/cgroup")) -> int | None:
     return None
 
 
-def available_memory() -> MemoryLimit:
-    """What this process may allocate: ``SIMHARNESS_MEMORY_LIMIT``, else the smaller of
-    ``MemAvailable`` and the cgroup's room; a large default when neither can be read."""
-    env = os.environ.get(MEMORY_ENV)
-    if env:
-        return MemoryLimit(parse_size(env), f"set by {MEMORY_ENV}")
+def machine_memory() -> MemoryLimit:
+    """What the machine gives this process: the smaller of ``MemAvailable`` and the
+    cgroup's room (``memory.max`` less ``memory.current``); a large default when neither
+    can be read."""
     avail = _meminfo_available()
     room = _cgroup_room()
     if room is not None and (avail is None or room < avail):
@@ -210,6 +186,24 @@ def available_memory() -> MemoryLimit:
     if avail is not None:
         return MemoryLimit(avail, "MemAvailable")
     return MemoryLimit(1 << 50, "(unknown: no /proc/meminfo)")  # pragma: no cover
+
+
+def available_memory() -> MemoryLimit:
+    """What this process may allocate: :func:`machine_memory`, or ``SIMHARNESS_MEMORY_LIMIT``
+    when set and lower. A limit above the machine's is capped at it, with a note: the
+    variable can lower the guard, never lift it past what the kernel will give (a bad
+    value is :class:`simharness.envvars.EnvVarError`)."""
+    env = envvars.read(MEMORY_ENV)
+    machine = machine_memory()
+    if env is None:
+        return machine
+    if env > machine.available:
+        text = os.environ.get(MEMORY_ENV, "")
+        return MemoryLimit(
+            machine.available, f"{machine.source}; {MEMORY_ENV}={text} capped at it",
+            note=f"{MEMORY_ENV}={text} is more than this machine gives this process "
+                 f"({fmt_bytes(machine.available)} {machine.source}); capped at that.")
+    return MemoryLimit(env, f"set by {MEMORY_ENV}")
 
 
 def largest_fitting(estimate: Callable[[int], int], budget: int, *, unit: int = 1,
@@ -245,7 +239,7 @@ def require(what: str, need: int, largest: str, limit: MemoryLimit | None = None
     raise ResourceError(
         f"{what} needs about {fmt_bytes(need)} of memory (estimate), more than this machine's "
         f"{limit.describe()}; the largest that fits is {largest}. Lower it, free memory, or "
-        f"set {MEMORY_ENV} (e.g. {MEMORY_ENV}=64G) on a machine that has more.")
+        f"run it on a machine with more memory ({MEMORY_ENV} can only lower the limit).")
 
 
 # ----------------------------------------------------------------- the estimates
@@ -271,6 +265,7 @@ def layout_memory_check(cfg, mcore: str, command: str, limit: MemoryLimit | None
     loops (:class:`simharness.layout.Draft`); counted here otherwise."""
     import math
 
+    envvars.read(MEMORY_ENV)  # a bad value is refused whatever the estimate
     world = cfg.world_size
     if layout_peak_bytes(command, world) <= 256 * MIB:
         return  # small: no need to read the machine's memory
@@ -398,5 +393,6 @@ def rlimit_data_bytes(budget: RankBudget, kinds: int) -> int:
 
 __all__ = ["MEMORY_ENV", "MemoryLimit", "RankBudget", "ResourceError", "available_memory",
            "datapath_budget", "datapath_rank_bytes", "datapath_reference_bytes", "fmt_bytes",
-           "largest_fitting", "layout_memory_check", "layout_peak_bytes", "parse_size",
+           "largest_fitting", "layout_memory_check", "layout_peak_bytes", "machine_memory",
+           "parse_size", "size_bytes",
            "replay_budget", "replay_rank_bytes", "require", "rlimit_data_bytes"]

@@ -18,10 +18,11 @@ from .options import (
     dp_impl_from_options,
     launch_from_options,
     load_layout,
+    megatron_args_options,
     output_options,
 )
 from .output import echo_findings, findings_exit_code, findings_verdict
-from .render import short_line
+from .render import WORLD_AUTO_WORDS, short_line
 
 
 def register(main: click.Group) -> None:
@@ -59,6 +60,7 @@ def echo_findings_as(findings, *, fmt: str, quiet: bool, strict: bool, title: st
 @click.option("--strict", is_flag=True, default=False, help="Warnings fail too (exit 1).")
 @output_options(show_all=False)
 @config_options
+@megatron_args_options()
 def check_cmd(fmt, quiet, strict, **kwargs):
     """Run every check on a configuration's layout and print the findings.
 
@@ -80,12 +82,14 @@ def check_cmd(fmt, quiet, strict, **kwargs):
     """
     dp = dp_impl_from_options(**kwargs)
     launch, launch_from = launch_from_options(**kwargs)
-    layout, _ = load_layout(kwargs, "check")
+    layout, world_auto = load_layout(kwargs, "check")
     findings = _run_check(layout, dp=dp, launch=launch)
     title = short_line(layout)
+    if world_auto:  # the same words as inspect's summary
+        title += f"\nworld: {layout.world_size} ranks ({WORLD_AUTO_WORDS})"
     if layout.config.create_all_gather_group or dp.impl != "unknown":
         title += f"\n{dp.describe()}; communicators {launch} ({launch_from})"
     echo_findings_as(findings, fmt=fmt, quiet=quiet, strict=strict, title=title,
-                     head=lambda: {"summary": layout.summary(), "dp_impl": dp.to_dict(),
-                                   "communicators": launch})
+                     head=lambda: {"summary": layout.summary(), "world_auto": world_auto,
+                                   "dp_impl": dp.to_dict(), "communicators": launch})
     click.get_current_context().exit(findings_exit_code(findings, strict))

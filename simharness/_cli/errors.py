@@ -30,6 +30,7 @@ from typing import NoReturn
 
 import click
 
+from .. import envvars
 from ..config import ALIASES, ParallelismConfig
 from ..errors import SimharnessError
 from ..fieldtypes import FIELD_TYPES
@@ -104,12 +105,12 @@ class SimharnessGroup(click.Group):
         except (click.Abort, KeyboardInterrupt, EOFError):
             _error("aborted", 130)
         except MemoryError:
-            if os.environ.get(DEBUG_ENV):
+            if envvars.debug_on():
                 raise
             _error(f"simharness ran out of memory ({_rss_words()}); try a smaller world or "
                    f"free memory, and rerun with {DEBUG_ENV}=1 to see where.", EXIT_RUNTIME)
         except Exception as exc:  # a crash: never a traceback, never exit 1 (findings)
-            if os.environ.get(DEBUG_ENV):
+            if envvars.debug_on():
                 raise
             where = _crash_site(exc)
             _error(f"internal error: {type(exc).__name__}: {exc}{where}; this is a simharness "

@@ -54,6 +54,7 @@ def export_cmd(fmt, quiet, out_path, **kwargs):
       simharness verify-export plan.json
       simharness export --nodes 16 --tp 8 --format csv > ranks.csv
     """
+    out.check_format_suffix(fmt, out_path)
     layout, _ = load_layout(kwargs, "export" if fmt == "json" else "export-csv")
     with out.Sink(out_path) as sink:  # CSV rows: by kind (creation order), then rank
         if fmt == "json":

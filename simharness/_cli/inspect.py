@@ -16,6 +16,7 @@ from .options import (
     config_options,
     dp_impl_from_options,
     load_layout,
+    megatron_args_options,
     node_shape,
     output_options,
 )
@@ -36,6 +37,7 @@ def register(main: click.Group) -> None:
                    "dp_cp).")
 @output_options()
 @config_options
+@megatron_args_options()
 def inspect_cmd(fmt, quiet, show_all, kinds, rank, grid, **kwargs):
     """Show the process groups of a configuration.
 

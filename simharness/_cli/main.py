@@ -54,9 +54,22 @@ def main(ctx, color):
       3 runtime failure: a replay rank died or timed out, or a simharness crash
         (one line; SIMHARNESS_DEBUG=1 shows the traceback)
     """
+    _check_environment()
     if color is None and os.environ.get("NO_COLOR"):
         color = False
     ctx.color = color
+
+
+def _check_environment() -> None:
+    """Every ``SIMHARNESS_*`` variable, strictly, before any command (and before any rank
+    that reads one starts); a memory limit above the machine's gets its note here."""
+    from simharness import envvars, resources
+
+    envvars.check_environment()
+    if os.environ.get(resources.MEMORY_ENV):
+        note = resources.available_memory().note
+        if note:
+            click.echo(f"note: {note}", err=True)
 
 
 for _module in (inspect, check, diff, export, explain, version):

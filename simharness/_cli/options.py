@@ -278,6 +278,14 @@ def dp_impl_from_options(**kwargs):
     if cf is not None and cf.ddp is not None:
         from_file = dp_impl_from_ddp_block(cf.ddp, profile=profile,
                                            where=f"{cf.path} {cf.ddp_where}")
+    megatron = kwargs.get(MEGATRON_DDP)
+    if megatron is not None:
+        from_args = dp_impl_from_ddp_block(megatron, profile=profile,
+                                           where="the Megatron-LM arguments")
+        if from_file.impl not in ("unknown", from_args.impl):
+            fail(f"the Megatron-LM arguments give {from_args.name}, but {from_file.source} "
+                 f"gives {from_file.name}; give one of them.")
+        from_file = from_args
     flag = kwargs.get("dp_impl")
     if flag is None:
         return from_file
@@ -469,3 +477,114 @@ def output_options(formats: tuple[str, ...] = ("table", "json", "csv"), *,
         return f
 
     return decorate
+
+
+# ------------------------------------------------------------ Megatron-LM's arguments
+#: the kwargs key where a command finds the data-parallel implementation the Megatron-LM
+#: arguments give (a ddp-block mapping; :func:`dp_impl_from_options` reads it)
+MEGATRON_DDP = "megatron_ddp"
+
+
+def megatron_args_options():
+    """Decorator: ``--megatron-args FILE`` and everything after ``--``: a ``pretrain_gpt.py``
+    argument list read whole (:mod:`simharness.megatron_args`) and merged into the
+    command's flags before the command runs. A flag that disagrees with an argument is
+    refused; every argument the command does not use is listed on stderr as not affecting
+    the result; the data-parallel implementation goes to ``kwargs[MEGATRON_DDP]``, where
+    :func:`dp_impl_from_options` reads it. Place it directly above the command's function
+    (below ``@config_options``)."""
+    import functools
+
+    def decorate(f: Callable) -> Callable:
+        @functools.wraps(f)
+        def run(*args, **kwargs):
+            apply_megatron_args(kwargs)
+            return f(*args, **kwargs)
+
+        run = click.argument("megatron_argv", nargs=-1, type=click.UNPROCESSED,
+                             metavar="[-- PRETRAIN_GPT_ARGS...]")(run)
+        return click.option(
+            "--megatron-args", "megatron_args_file", type=click.Path(dir_okay=False),
+            default=None, metavar="FILE",
+            help="Megatron-LM's pretrain_gpt.py arguments (shell-quoted text, a torchrun line "
+                 "too), or give them after --. Parallelism, the data-parallel implementation "
+                 "and the model are read; every other argument is listed as unused.")(run)
+
+    return decorate
+
+
+def apply_megatron_args(kwargs: dict[str, Any]):
+    """Merge the Megatron-LM arguments in ``kwargs`` (``megatron_args_file``,
+    ``megatron_argv``; both removed) into the command's own parameters, in place; returns
+    the :class:`~simharness.megatron_args.MegatronArgs`, or None when none were given."""
+    from ..megatron_args import MODEL, PARALLEL, parse_megatron_args, read_args_file
+
+    path = kwargs.pop("megatron_args_file", None)
+    argv = list(kwargs.pop("megatron_argv", None) or ())
+    if path is None and not argv:
+        return None
+    if path is not None and not str(path).strip():
+        fail("--megatron-args was given an empty path; pass the file of pretrain_gpt.py "
+             "arguments, or leave --megatron-args out.")
+    words = (read_args_file(path) if path is not None else []) + argv
+    a = parse_megatron_args(words)
+    arg_of = {v: k for k, v in {**PARALLEL, **MODEL}.items()}
+    arg_of["virtual_pipeline_model_parallel_size"] = "the virtual pipeline arguments"
+
+    def merge(param: str, value: Any) -> bool:
+        if param not in kwargs:
+            return False
+        given = kwargs[param]
+        value = tuple(value) if isinstance(value, list) else value
+        if given is None or given is False and value is True:
+            kwargs[param] = value
+        elif given != value:
+            shown = ",".join(map(str, given)) if isinstance(given, tuple) else given
+            fail(f"{_flag_of(param)} {shown} conflicts with Megatron-LM's {arg_of[param]} "
+                 f"{value}; give it once.")
+        return True
+
+    for name, value in a.parallel.items():
+        if not merge(name, value):
+            items = tuple(kwargs.get("set_fields") or ())
+            kwargs["set_fields"] = (*items, (name, value, f"{arg_of[name]} (Megatron-LM)"))
+    if a.world_size is not None and kwargs.get("nodes") is None:
+        if kwargs.get("world_size") not in (None, a.world_size):
+            fail(f"-n {kwargs['world_size']} conflicts with the torchrun line's "
+                 f"--nproc-per-node x --nnodes = {a.world_size}; give it once.")
+        kwargs["world_size"] = a.world_size
+    unused = list(a.unused)
+    model_used = False
+    for name, value in a.model.items():
+        if merge(name, value):
+            model_used = True
+        elif arg_of[name] in a.used:  # given, not a width Megatron-LM fills in
+            unused.append(arg_of[name])
+    if "--swiglu" in a.used and not model_used:
+        unused.append("--swiglu")
+    kwargs[MEGATRON_DDP] = dict(a.ddp)
+    _megatron_note(a, unused, kwargs, a.model_notes if model_used else ())
+    return a
+
+
+def _flag_of(param: str) -> str:
+    decls = _FLAG_DECLS.get(param)
+    if decls:
+        return decls[0].split("/")[0]
+    return "--" + param.replace("_", "-")
+
+
+def _megatron_note(a, unused: list[str], kwargs: dict[str, Any], model_notes) -> None:
+    """One stderr line: what was read, the implementation, what does not affect the result."""
+    if kwargs.get("quiet"):
+        return
+    from ..ag_readers import impl_from_ddp_block
+
+    impl = impl_from_ddp_block(a.ddp, where="Megatron-LM arguments")[0]
+    read = [n for n in a.used if n not in unused]
+    words = [f"Megatron-LM arguments: read {len(read)} ({' '.join(read) or 'none'})",
+             f"data-parallel implementation {impl}"
+             + ("" if a.has_ddp else " (Megatron-LM's default: no --use-distributed-optimizer "
+                                     "or --use-megatron-fsdp)"),
+             f"not affecting the result: {len(unused)} ({' '.join(unused) or 'none'})"]
+    click.echo("note: " + "; ".join(words + list(a.notes) + list(model_notes)), err=True)

@@ -260,6 +260,38 @@ def ranks_cell(ranks: Sequence[int] | np.ndarray) -> str:
 
 
 # ------------------------------------------------------------------- writing
+#: the format each file suffix means; a suffix not listed says nothing about the format
+SUFFIX_FORMATS = {".json": "json", ".csv": "csv", ".tsv": "csv", ".txt": "table",
+                  ".yaml": "yaml", ".yml": "yaml", ".toml": "toml", ".svg": "svg",
+                  ".png": "png"}
+
+
+def check_format_suffix(fmt: str, path: str | None, option: str = "--out") -> None:
+    """Refuse (:class:`~simharness._cli.errors.InputError`) writing format ``fmt`` into a
+    file whose suffix means another format (``export -f csv --out x.json``); a path with
+    no suffix, or one :data:`SUFFIX_FORMATS` does not list, is taken as given.
+
+    >>> check_format_suffix("json", "plan.json"); check_format_suffix("csv", "ranks.out")
+    >>> check_format_suffix("csv", "x.json")
+    Traceback (most recent call last):
+    ...
+    simharness._cli.errors.InputError: --format csv writes CSV, but --out x.json ends in .json \
+(json); use --format json, or an --out path ending in .csv
+    """
+    if not path or path == "-":
+        return
+    suffix = os.path.splitext(path)[1].lower()
+    meant = SUFFIX_FORMATS.get(suffix)
+    if meant is None or meant == fmt:
+        return
+    from .errors import fail
+
+    ends = [s for s, f in SUFFIX_FORMATS.items() if f == fmt]
+    other = f", or an {option} path ending in {ends[0]}" if ends else ""
+    fail(f"--format {fmt} writes {fmt.upper()}, but {option} {path} ends in {suffix} "
+         f"({meant}); use --format {meant}{other}")
+
+
 def check_writable(path: str | None, option: str) -> None:
     """Fail before any work starts when ``path`` (given to ``option``) cannot be written.
 

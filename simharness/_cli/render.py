@@ -52,13 +52,17 @@ def all_gather_words(layout: Layout, dp=None) -> str:
             f"parameter all-gather{who} {all_gather_use(profile, dp, option_on=on)}")
 
 
+#: the note when no world was given and the sizes chose the smallest (inspect, check)
+WORLD_AUTO_WORDS = "smallest world these sizes fit; set --world-size or --nodes"
+
+
 def summary_rows(layout: Layout, *, world_auto: bool = False, dp=None) -> list[list[str]]:
     s = layout.summary()
     cfg = layout.config
     c = s["communicators_per_rank"]
     world = f"{layout.world_size} ranks"
     if world_auto:
-        world += " (smallest world these sizes fit; set --world-size or --nodes)"
+        world += f" ({WORLD_AUTO_WORDS})"
     if layout.rank_offset:
         world += f", ranks {layout.ranks.start}..{layout.ranks.stop - 1}"
     order = f"{cfg.order} ({'pp last' if cfg.pp_last else 'pp not last'})"

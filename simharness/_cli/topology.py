@@ -15,6 +15,7 @@ from typing import Any
 import click
 
 from ..step import SCHEDULES, SimulateInputs, job_stages, place_and_simulate
+from ..step.report import scenario_lines
 from ..topology import TopologyError, list_topologies, load_cluster, load_spec
 from ..topology.cluster import Cluster
 from ..topology.draw import write_picture
@@ -23,7 +24,7 @@ from ..topology.placement import place_layout, read_hosts
 from ..topology.sizing import cluster_for
 from .common import config_options, layout_from_options, output_options
 from .errors import fail
-from .options import dp_impl_from_options, launch_from_options
+from .options import dp_impl_from_options, launch_from_options, megatron_args_options
 from .output import echo, echo_findings, findings_exit_code, findings_verdict, render_table, to_json
 
 _UNITS = {"": 1, "k": 1e3, "m": 1e6, "g": 1e9, "t": 1e12,
@@ -151,8 +152,9 @@ def format_simulate(rep, cluster: Cluster, *, quiet: bool = False, explain: bool
                       [[c.what, c.group, c.group_size, f"{c.size_bytes / 1e6:.1f}", c.count,
                         c.pick, c.channels, ms(c.alone_s)] for c in rep.collectives],
                       align="llrrrlrr"))
-    out.append(f"latency share {rep.latency_share:.0%}; a collective runs up to "
-               f"{rep.shared_slowdown:.2f}x slower while the others move data")
+    out.append(f"latency share {rep.latency_share:.0%}; "
+               + (rep.shared_slowdown_words or f"a collective runs up to "
+                  f"{rep.shared_slowdown:.2f}x slower while the others move data"))
     if explain:
         shown = set()
         for c in rep.collectives:
@@ -175,6 +177,8 @@ def format_simulate(rep, cluster: Cluster, *, quiet: bool = False, explain: bool
     out.append(_table(["sharing scenario", "one_ms", "separate_ms", "gain"],
                       [[sc.name, ms(sc.one_step_s), ms(sc.separate_step_s),
                         f"{sc.gain_pct:.1f}%"] for sc in rep.scenarios], align="lrrr"))
+    if not quiet:
+        out.extend(scenario_lines(rep.scenarios))
     lo, hi = rep.gain_range_pct
     out.append(f"gain of create_all_gather_group: {lo:.1f}% to {hi:.1f}% of the step "
                f"(links only: {ms(rep.gain_s)} ms, slowest stage {w.stage}); memory: "
@@ -565,6 +569,7 @@ def with_model(f):
 @click.option("--explain", is_flag=True, default=False,
               help="Print NCCL's algorithm/protocol table for each collective.")
 @output_options(formats=("table", "json"), show_all=False)
+@megatron_args_options()
 def simulate_cmd(topology, hosts, first_device, model_bytes, expert_bytes, layers, model_config,
                  schedule,
                  opt_step, compute_ms, mfu, peak_tflops, micro_batch_size, seq_length,

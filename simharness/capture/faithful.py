@@ -33,6 +33,7 @@ import time
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
+from .. import envvars
 from ..launch.toolbox import refuse_world, versions
 from .command import Target
 from .merge import merge_records
@@ -134,8 +135,7 @@ def start_slots_for(asked: int | None, environ: Any = None) -> int:
     """
     if asked is not None:
         return asked
-    text = (os.environ if environ is None else environ).get(SLOTS_ENV, "")
-    return int(text) if text.isdigit() else 0
+    return envvars.read(SLOTS_ENV, environ) or 0
 
 
 def run_faithful(target: Target, world_size: int, *, timeout: float | None = 120.0,

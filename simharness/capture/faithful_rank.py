@@ -49,6 +49,7 @@ import time
 import traceback
 from typing import Any
 
+from .. import envvars
 from ..launch.toolbox import thread_stack
 from .merge import rank_record, record_name, write_record
 from .record import FAILED, OK, STOPPED, TIMEOUT, GetterSpec
@@ -87,7 +88,7 @@ def parse(argv: list[str]) -> argparse.Namespace:
                          "simharness.capture.rank --out-dir DIR -- script.py ARGS")
     cut = argv.index("--")
     p = argparse.ArgumentParser(prog="python -m simharness.capture.rank")
-    p.add_argument("--out-dir", default=os.environ.get("SIMHARNESS_CAPTURE_DIR", "."),
+    p.add_argument("--out-dir", default=envvars.read("SIMHARNESS_CAPTURE_DIR") or ".",
                    help="where rank-NNNNN.json is written (shared across nodes)")
     p.add_argument("--timeout", type=float, default=None, help="seconds this rank may run")
     p.add_argument("--grace", type=float, default=DEFAULT_GRACE_S,
@@ -220,7 +221,7 @@ def install_recorder(run: RankRun) -> None:
     from .runtime import _intern, _interned_ranks, call_stack, stack_text
 
     rec = run.rec
-    lazy = (contextlib.nullcontext if os.environ.get(EAGER_ENV) == "1"
+    lazy = (contextlib.nullcontext if envvars.read(EAGER_ENV)
             else _lazy_subgroups())
     orig_init, orig_new = c10d.init_process_group, c10d.new_group
     orig_split = getattr(c10d, "split_group", None)
@@ -319,7 +320,7 @@ def main(argv: list[str] | None = None) -> int:
 
     ns = parse(sys.argv[1:] if argv is None else argv)
     os.environ.update(slurm_environ(os.environ))
-    if os.environ.get(PREFIX_ENV) and _DRAIN[0] is None:
+    if envvars.read(PREFIX_ENV) and _DRAIN[0] is None:
         _DRAIN[0] = prefix_output(f"[rank{os.environ.get('RANK', '?')}]:")
     env = RankEnv.from_environ(os.environ)
     if not ns.via_store:
@@ -334,7 +335,7 @@ def main(argv: list[str] | None = None) -> int:
     early = _stopped_early(ns.out_dir, env.rank, env.world_size)
     for sig in (signal.SIGTERM, signal.SIGINT):  # until RankRun's own handler replaces it
         signal.signal(sig, early)
-    release = start_slot(os.environ.get(SLOTS_ENV), env.rank)  # before torch is imported
+    release = start_slot(envvars.read(SLOTS_ENV), env.rank)  # before torch is imported
     route = None
     if ns.via_store:
         from .record import CaptureError

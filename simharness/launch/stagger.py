@@ -35,11 +35,13 @@ def parse_slots(value: str | None) -> tuple[str, int] | None:
     return folder, int(count)
 
 
-def start_slot(value: str | None, rank: int) -> Callable[[], None]:
+def start_slot(value: str | tuple[str, int] | None, rank: int) -> Callable[[], None]:
     """Wait for start slot ``rank % n`` (see the module doc); returns ``release()``.
+    ``value``: the variable's text, or ``(folder, n)`` as
+    :func:`simharness.envvars.read` gives it (which refuses a malformed value).
 
     With no (or a malformed) value, or a folder that cannot be opened, nothing waits."""
-    slots = parse_slots(value)
+    slots = value if isinstance(value, tuple) else parse_slots(value)
     if slots is None:
         return lambda: None
     folder, count = slots

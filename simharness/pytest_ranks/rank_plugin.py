@@ -47,6 +47,7 @@ from typing import Any
 
 import pytest
 
+from .. import envvars
 from ..errors import needs_gpu_message
 from ..launch.toolbox import thread_stack
 from ..resources import proc_kib
@@ -156,9 +157,9 @@ class RankSession:
         self.rank = int(os.environ.get("RANK", "0"))
         self.world = int(os.environ.get("WORLD_SIZE", "1"))
         self.dir = os.environ[ENV_DIR]
-        self.timeout = float(os.environ.get(ENV_TIMEOUT, "120"))
-        self.round = int(os.environ.get(ENV_ROUND, "0"))
-        self.grace = min(float(os.environ.get(ENV_GRACE, GRACE_S)), self.timeout)
+        self.timeout = envvars.read(ENV_TIMEOUT)
+        self.round = envvars.read(ENV_ROUND)
+        self.grace = min(envvars.read(ENV_GRACE, default=GRACE_S), self.timeout)
         self.out = open(os.path.join(self.dir, f"rank{self.rank}.jsonl"), "a",  # noqa: SIM115
                         encoding="utf-8")
         self.stack_file = open(os.path.join(self.dir, f"stack-rank{self.rank}.txt"),  # noqa: SIM115
@@ -174,7 +175,7 @@ class RankSession:
         self.lock = threading.Lock()  # the watchdog thread writes too
         self.watchdog = Watchdog(self)
         self.watchdog.start()
-        self.collect_s = float(os.environ.get(ENV_COLLECT_TIMEOUT, COLLECT_TIMEOUT_S))
+        self.collect_s = envvars.read(ENV_COLLECT_TIMEOUT, default=COLLECT_TIMEOUT_S)
         self.watchdog.arm(self.collect_s, i=-1, nodeid="(collection)", state="collecting")
 
     # -- records and the store ------------------------------------------------------------
@@ -238,7 +239,7 @@ class RankSession:
     @pytest.hookimpl(trylast=True)
     def pytest_collection_modifyitems(self, session: pytest.Session, config: pytest.Config,
                                       items: list[pytest.Item]) -> None:
-        done_file = os.environ.get(ENV_DONE)
+        done_file = envvars.read(ENV_DONE)
         done: set[str] = set()
         if done_file and os.path.exists(done_file):
             with open(done_file, encoding="utf-8") as fh:

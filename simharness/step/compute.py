@@ -9,6 +9,9 @@ from ..topology.errors import TopologyError
 from .workload import StageWork
 
 BACKWARD_OVER_FORWARD = 2.0  # backward = input grads + weight grads, 2x the forward FLOPs
+#: the most compute one microbatch may take on one pipeline stage (forward + backward): past
+#: an hour per microbatch the input is a unit slip (seconds for ms), not a training step
+MAX_STAGE_SECONDS = 3600.0
 
 
 def check_number(name: str, value, *, positive: bool = False) -> None:
@@ -16,6 +19,20 @@ def check_number(name: str, value, *, positive: bool = False) -> None:
             or value < 0 or (positive and value == 0):
         raise TopologyError(f"--{name.replace('_', '-')} must be a number "
                             f"{'> 0' if positive else '>= 0'}, got {value!r}")
+
+
+def _check_plausible(fwd: dict[tuple[int, int], float], given: str) -> None:
+    """Refuse compute times that make one microbatch on one stage longer than
+    :data:`MAX_STAGE_SECONDS` (forward + backward)."""
+    per_stage: dict[int, float] = {}
+    for (stage, _), t in fwd.items():
+        per_stage[stage] = per_stage.get(stage, 0.0) + t * (1 + BACKWARD_OVER_FORWARD)
+    worst = max(per_stage.values(), default=0.0)
+    if worst > MAX_STAGE_SECONDS:
+        raise TopologyError(
+            f"{given} makes one microbatch take {worst / 3600:.3g} h of compute on one "
+            f"pipeline stage (forward + backward), more than {MAX_STAGE_SECONDS / 3600:g} h; "
+            f"--compute-ms is one transformer layer's backward in milliseconds (e.g. 8)")
 
 
 def _is_layer(slot) -> bool:
@@ -35,12 +52,13 @@ def compute_times(stages: Sequence[StageWork], spec, *, compute_ms: float | None
     flops = [s.forward_flops for st in stages for s in st.slots if _is_layer(s)]
     known = bool(flops) and all(f > 0 for f in flops)
     if compute_ms is not None:
-        check_number("compute_ms", compute_ms)
+        check_number("compute_ms", compute_ms, positive=True)
         layer_fwd = compute_ms * 1e-3 / BACKWARD_OVER_FORWARD
         mean = sum(flops) / len(flops) if known else 0.0
         fwd = {(st.stage, k): (layer_fwd * s.forward_flops / mean if known else
                                layer_fwd if _is_layer(s) else 0.0)
                for st in stages for k, s in enumerate(st.slots)}
+        _check_plausible(fwd, f"--compute-ms {compute_ms:g}")
         return fwd, (f"given: {compute_ms:g} ms backward per transformer layer, forward half "
                      "of it" + ("; embedding/output layer and other layers scaled by their "
                                 "FLOPs" if known else ""))
@@ -59,6 +77,7 @@ def compute_times(stages: Sequence[StageWork], spec, *, compute_ms: float | None
     rate = peak * 1e12 * mfu
     fwd = {(st.stage, k): s.forward_flops / rate for st in stages
            for k, s in enumerate(st.slots)}
+    _check_plausible(fwd, f"--mfu {mfu:g} of {peak:g} TFLOP/s")
     src = "given" if peak_tflops is not None else f"topology {spec.name!r}"
     return fwd, (f"from FLOPs at MFU {mfu:g} of {peak:g} TFLOP/s dense BF16 ({src}); "
                  f"backward {BACKWARD_OVER_FORWARD:g}x forward")

@@ -23,7 +23,7 @@ from ..topology.nccl_tuning import DEFAULT_NCCL, nccl_version
 from ..topology.placement import Placement, place_layout
 from .compute import BACKWARD_OVER_FORWARD, check_number, compute_times
 from .engine import Timeline, run_units
-from .pricing import Pricer, job_groups
+from .pricing import ROLE_NAMES, Pricer, job_groups
 from .report import (
     HBM_BYTES_PER_WIRE_BYTE,
     OverlapReport,
@@ -170,7 +170,11 @@ def simulate(layout, placement: Placement, inputs: SimulateInputs) -> OverlapRep
     scenarios = tuple(Scenario(name, max(v[0].step_s for v in results[name].values()),
                                max(v[1].step_s for v in results[name].values()),
                                max(v[0].held_s for v in results[name].values()),
-                               max(v[1].held_s for v in results[name].values()))
+                               max(v[1].held_s for v in results[name].values()),
+                               max(results[name].values(), key=lambda v: v[0].step_s)[0]
+                               .shared_s,
+                               max(results[name].values(), key=lambda v: v[1].step_s)[1]
+                               .shared_s)
                       for name, _, _ in scen)
     worst = max(range(len(rows)), key=lambda i: rows[i].one.step_s)
     w_st, w_j = stages[worst].stage, base[stages[worst].stage][2]
@@ -181,6 +185,7 @@ def simulate(layout, placement: Placement, inputs: SimulateInputs) -> OverlapRep
     keep = pr.keep_fn(w_combo)
     slowdown = max((1.0 / max(keep(lab, frozenset(pr.info)), 1e-12) for lab in pr.info),
                    default=1.0)
+    slowdown_words = _slowdown_words(keep, list(pr.info), jg.kind, slowdown)
     memories, mem_lines = extra_memories(layout, spec, crow, w_combo, pr, nccl, comm_memory_mb,
                                         inputs.memory_inputs)
     hbm = None
@@ -198,8 +203,32 @@ def simulate(layout, placement: Placement, inputs: SimulateInputs) -> OverlapRep
         memory_lines=mem_lines,
         notes=tuple(notes), unknowns=model_unknowns(spec, "exp_rs" in jg.kind, hbm), hbm_share=hbm,
         latency_share=latency_share, shared_slowdown=slowdown,
+        shared_slowdown_words=slowdown_words,
         ag_used=schedule == "fsdp", has_traffic=bool(crow), reader_words=inputs.reader_words,
         memory_words=inputs.memory_words, memory_paid=inputs.memory_paid)
+
+
+def _slowdown_words(keep, labels: list[str], kind: dict[str, str], slowdown: float) -> str:
+    """Which collective the worst slowdown is, which others it shares links with, and why:
+    ``a collective runs up to 2.00x slower ...`` with the names filled in."""
+    if len(labels) < 2 or slowdown <= 1.0 + 1e-9:
+        why = ("only one collective moves data" if len(labels) < 2
+               else "they cross no link in common")
+        return f"no collective slows another: {why}"
+    everyone = frozenset(labels)
+    worst = max(labels, key=lambda lab: 1.0 / max(keep(lab, everyone), 1e-12))
+    others = [o for o in labels if o != worst and keep(worst, frozenset((worst, o))) < 1 - 1e-9]
+    others = others or [o for o in labels if o != worst]
+
+    def name(lab: str) -> str:
+        return f"the {ROLE_NAMES[lab]} ({kind[lab]})"
+
+    same = all(kind[o] == kind[worst] for o in others)
+    why = ("they run on the same ranks' links" if same else "their rings cross the same links")
+    return (f"{name(worst)} runs up to {slowdown:.2f}x slower while "
+            f"{' and '.join(name(o) for o in others)} "
+            f"{'moves' if len(others) == 1 else 'move'} data at the same time: {why}, and "
+            f"each link's bandwidth is split between them (max-min fair share)")
 
 
 def place_and_simulate(layout, cluster: Cluster, inputs: SimulateInputs, *, hosts=None,
