@@ -237,9 +237,12 @@ def _from_text(name: str, text: str, ftype: FieldType, where: str) -> Any:
         if not word:
             raise _refuse(where, name, ftype, text, "give a value (or null)")
         try:
-            return yaml.safe_load(word)
+            value = yaml.safe_load(word)
         except yaml.YAMLError:
             return word
+        # YAML reads text such as '#' (a comment) as null; null was asked for only by the
+        # null words handled above, so the text stays what the user wrote
+        return word if value is None else value
     return parse_field(name, word, where=where)
 
 

@@ -15,7 +15,7 @@ import click
 import pytest
 import yaml
 from click.testing import CliRunner
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 from support.paths import ROOT
 
@@ -363,6 +363,7 @@ def test_random_worlds_against_nodes_are_refused_unless_equal(world, nodes, gpus
 
 @settings(max_examples=150, deadline=None)
 @given(name=st.sampled_from(sorted(FIELD_TYPES)), text=st.text(max_size=8))
+@example(name="pipeline_dtype", text="#")  # YAML reads a lone comment as null
 def test_random_command_line_text_is_refused_or_exact(name, text):
     try:
         value = parse_field(name, text, where="--set", from_text=True)
