@@ -27,6 +27,7 @@ By code:
 
 from __future__ import annotations
 
+import re
 from collections import defaultdict
 from collections.abc import Iterable, Sequence
 
@@ -107,6 +108,44 @@ def kinds_of(calls: Sequence[GroupCall], world_size: int) -> list[str]:
         label = f"(no group_desc) at {_at(c)}"
         out.append(label if len(starts[stack]) == 1 else f"{label}, call {first}")
     return out
+
+
+#: The ``group_desc`` strings megatron-core's ``parallel_state.py`` passes to ``new_group``
+#: (``create_group(..., group_desc="...")`` in 0.16.1, 0.17.1, 0.18.2 and 0.19.2), and the
+#: patterns of the ones it builds with an f-string (``HIERARCHICAL_{desc}_L{level}``,
+#: ``HIERARCHICAL_{desc}_GLOO_L{level}``, ``HYBRID_DP_CP_GROUP_{size}``). A captured call with
+#: one of these is Megatron's and is compared with the configuration; any other call is a
+#: group of the script's own (a logging group, a DeviceMesh beside Megatron's) and is named,
+#: not compared.
+MEGATRON_DESCS = frozenset({
+    "CONTEXT_PARALLEL_GROUP", "DATA_PARALLEL_GROUP", "DATA_PARALLEL_GROUP_GLOO",
+    "DATA_PARALLEL_GROUP_WITH_CP", "DATA_PARALLEL_GROUP_WITH_CP_AG",
+    "DATA_PARALLEL_GROUP_WITH_CP_GLOO", "DATA_PARALLEL_GROUP_WITH_CP_WITH_GTP_REMAT",
+    "DATA_PARALLEL_GROUP_WITH_GTP_REMAT", "EMBEDDING_GROUP", "EXPERT_DATA_PARALLEL_GROUP",
+    "EXPERT_DATA_PARALLEL_GROUP_AG", "EXPERT_DATA_PARALLEL_GROUP_GLOO",
+    "EXPERT_DATA_PARALLEL_GROUP_WITH_GTP_REMAT", "EXPERT_GTP_WEIGHT_REMAT_GROUP",
+    "EXPERT_MODEL_PARALLEL_GROUP", "EXPERT_TENSOR_AND_MODEL_PARALLEL_GROUP",
+    "EXPERT_TENSOR_MODEL_PIPELINE_PARALLEL_GROUP",
+    "EXPERT_TENSOR_MODEL_PIPELINE_PARALLEL_GROUP_WITH_EGTP", "EXPERT_TENSOR_PARALLEL_GROUP",
+    "GTP_WEIGHT_REMAT_GROUP", "INTRA_DISTRIBUTED_OPTIMIZER_INSTANCE_GROUP",
+    "INTRA_PARTIAL_DATA_PARALLEL_GROUP_WITH_CP", "INTRA_PARTIAL_DATA_PARALLEL_GROUP_WITH_CP_GLOO",
+    "MODEL_PARALLEL_GROUP", "PIPELINE_MODEL_PARALLEL_GROUP", "POSITION_EMBEDDING_GROUP",
+    "TENSOR_AND_CONTEXT_PARALLEL_GROUP", "TENSOR_AND_DATA_PARALLEL_GROUP",
+    "TENSOR_AND_DATA_PARALLEL_GROUP_WITH_CP", "TENSOR_MODEL_PARALLEL_GROUP",
+})
+_MEGATRON_DESC_RE = re.compile(r"^(HIERARCHICAL_[A-Z_]+_(GLOO_)?L\d+|HYBRID_DP_CP_GROUP_\d+)$")
+
+
+def megatron_desc(desc: str | None) -> bool:
+    """Whether ``desc`` is one megatron-core's ``parallel_state`` gives its groups.
+
+    >>> megatron_desc("DATA_PARALLEL_GROUP"), megatron_desc("HIERARCHICAL_X_GROUP_L1")
+    (True, True)
+    >>> megatron_desc("LOGGING"), megatron_desc("mesh_dp"), megatron_desc(None)
+    (False, False, False)
+    """
+    return bool(desc) and (desc in MEGATRON_DESCS
+                           or _MEGATRON_DESC_RE.match(desc or "") is not None)
 
 
 def _partial_descs() -> frozenset[str]:
@@ -339,10 +378,15 @@ def captured_layout(cap: Capture, layout: Layout) -> tuple[Layout | None, list[F
     for desc, calls in _by_kind(cap.groups(), cap.world_size).items():
         kind = kind_for.get(desc)
         if kind is None:
-            out.append(Finding("capture-vs-config", "warning",
+            # A Megatron kind the config does not build: the config and the code disagree.
+            # Any other group is the script's own, beside the configured layout (a fact).
+            meg = megatron_desc(calls[0].desc)
+            why = ("; the configuration and the code disagree: check the flags" if meg else
+                   ": a group of the script's own beside the configured layout, not compared")
+            out.append(Finding("capture-vs-config", "warning" if meg else "info",
                                f"the code creates {len(calls)} {desc} group(s) (at "
                                f"{_at(calls[0])}) that build_layout(config) (mcore "
-                               f"{layout.mcore}) does not build", (), (desc,)))
+                               f"{layout.mcore}) does not build{why}", (), (desc,)))
             continue
         # torch sorts a group's ranks, so the order the code passed is not observable: a
         # captured group over the same ranks as one the config builds takes that group's order
@@ -376,16 +420,22 @@ def check_against_layout(cap: Capture, layout: Layout) -> list[Finding]:
         return []
     ref_id = reference_sequence(by_seq)
     r0 = by_seq[ref_id][0]
-    seq = [c for c in cap.sequences[ref_id] if c.collective]
+    planned = {layout.desc(k) for k in layout.kinds}
+    seq, own = [], []
+    for c in cap.sequences[ref_id]:
+        if c.collective:
+            (seq if c.desc in planned or megatron_desc(c.desc) else own).append(c)
     log = [LoggedGroup(i, list(range(cap.world_size) if c.ranks is None else c.ranks),
                        c.backend, c.backend or "nccl", c.desc, None) for i, c in enumerate(seq)]
     mismatches, aligned = compare_log(layout, log, r0)
     out: list[Finding] = []
+    beside = (f" (besides {len(own)} new_group call(s) of its own, named below, not compared)"
+              if own else "")
     if aligned:
         out.append(Finding("capture-vs-config", "info",
                            f"the captured code makes the {len(seq)} new_group calls "
                            f"build_layout(config) predicts (mcore {layout.mcore}), call for "
-                           f"call, on every captured rank"))
+                           f"call, on every captured rank{beside}"))
     else:
         m = mismatches[0]
         idx = m.get("index")
@@ -393,7 +443,8 @@ def check_against_layout(cap: Capture, layout: Layout) -> list[Finding]:
         more = f"; {len(mismatches) - 1} more difference(s)" if len(mismatches) > 1 else ""
         out.append(Finding("capture-vs-config", "error",
                            f"the captured calls differ from build_layout(config) (mcore "
-                           f"{layout.mcore}) on rank {r0}: {m['message'].rstrip('.')}{at}{more}",
+                           f"{layout.mcore}) on rank {r0}: {m['message'].rstrip('.')}{at}{more}"
+                           f"{beside}",
                            (r0,), tuple(k for k in (m.get("kind"),) if k)))
     cfg = layout.config
     descs = {c.desc for c in cap.groups()}
@@ -417,7 +468,9 @@ def check_against_layout(cap: Capture, layout: Layout) -> list[Finding]:
         from ..checks import CHECKS
 
         names = [n for n, _ in CHECKS if n not in skip]
-        found = check(lay, only=names)
+        found = [f for f in check(lay, only=names)  # the captured layout is one loop per
+                 if not (f.code == "matches-config"    # kind: its "creation order" is not the
+                         and f.message.startswith("the plan's creation order"))]  # code's
         if dropped:
             found = [f for f in found if f.code != "ag-missing"]
         out.extend(found)
