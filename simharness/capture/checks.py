@@ -37,7 +37,8 @@ from ..checks import check
 from ..findings import Finding
 from ..layout import PARTIAL_KINDS, Layout
 from ..ranktext import format_rank_set
-from .record import TIMEOUT, Capture, GroupCall, reference_sequence
+from .record import STOPPED, TIMEOUT, Capture, GroupCall, reference_sequence
+from .stall import BLOCKED
 
 MAX_RANKS = 256
 MAX_REPORTED = 8   # divergent sequences reported one by one
@@ -161,22 +162,65 @@ def _megatron_style(desc: str) -> bool:
 
 
 # ------------------------------------------------------------------ checks
+def blocked_ranks(cap: Capture) -> list[int]:
+    """Ranks a faithful capture stopped because they were blocked in torch.distributed
+    while the ranks' new_group calls differed (:mod:`.stall`)."""
+    return [r.rank for r in cap.failed if (r.error or {}).get("kind") == BLOCKED]
+
+
+def stopped_on_divergence(cap: Capture) -> bool:
+    """Whether ranks were stopped blocked on diverging calls: the findings name why (a rank
+    that failed besides, often a peer of a stopped rank losing its connection, is among
+    them)."""
+    return bool(blocked_ranks(cap))
+
+
+def _by_sequence(cap: Capture) -> dict[int, list[int]]:
+    """Sequence -> ranks: the ranks that finished and, when ranks were stopped blocked,
+    their partial sequences and those of the ranks stopped with them (what each had made
+    when every rank waited for the others)."""
+    by_seq = cap.ranks_by_sequence()
+    if not blocked_ranks(cap):
+        return by_seq
+    for r, rec in sorted(cap.records.items()):
+        blocked = rec.status == TIMEOUT and (rec.error or {}).get("kind") == BLOCKED
+        if (blocked or rec.status == STOPPED) and rec.sequence is not None:
+            by_seq.setdefault(rec.sequence, []).append(r)
+    return {s: sorted(rs) for s, rs in by_seq.items()}
+
+
 def check_failed(cap: Capture) -> list[Finding]:
     out = []
+    blocked = blocked_ranks(cap)
+    if blocked:
+        first = cap.records[blocked[0]].error or {}
+        where = list(first.get("where") or [])
+        at = f" (rank {blocked[0]} at {', '.join(where[:2])})" if where else ""
+        out.append(Finding(
+            "capture-failed", "error",
+            f"ranks {_set_text(blocked)} waited for each other in torch.distributed{at} and "
+            f"were stopped {cap.meta.get('grace_s', '?')} s after every rank still running was "
+            f"blocked: their new_group calls differ (named by the findings on the call "
+            f"sequences), so the groups they use are not the same on every rank and a real "
+            f"job hangs here", _ranks(blocked)))
     for rec in cap.failed:
+        if rec.rank in blocked:
+            continue
         err = dict(rec.error or {})
         where = err.get("where") or []
         at = f" at {where[0]}" if where else ""
+        knock = (f" (ranks {_set_text(blocked)} were stopped as blocked meanwhile: a lost "
+                 f"connection to one of them follows from that)" if blocked else "")
         out.append(Finding("capture-failed", "error",
                            f"rank {rec.rank} {'timed out' if rec.status == TIMEOUT else 'failed'}"
                            f"{at}: {err.get('message', '?')} ({err.get('kind', rec.status)}); "
-                           f"its calls are partial", (rec.rank,)))
+                           f"its calls are partial{knock}", (rec.rank,)))
     return out
 
 
 def check_sequences(cap: Capture) -> list[Finding]:
     """Every rank's collective calls equal the reference's (the sequence most ranks made)."""
-    by_seq = cap.ranks_by_sequence()
+    by_seq = _by_sequence(cap)
     if len(by_seq) < 2:
         return []
     ref = reference_sequence(by_seq)
@@ -208,6 +252,19 @@ def check_sequences(cap: Capture) -> list[Finding]:
                 f"use_local_synchronization=True), or the ranks that do wait forever{share}",
                 _ranks(ranks), (kind_of(extra),)))
             continue
+        if _one_call_apart(ref_keys, keys, i):
+            who, other = (r, r0) if len(keys) < len(ref_keys) else (r0, r)
+            c = ref_calls[i] if who == r else calls[i]
+            out.append(Finding(
+                "capture-missing-call", "error",
+                f"rank {who} never makes collective new_group call {i} ({c.label()} at "
+                f"{_at(c)}) that rank {other} makes, and from there on rank {r}'s calls are "
+                f"rank {r0}'s shifted by one: torch pairs new_group calls by position, so every "
+                f"later group is paired with the wrong call (cross-talk between groups, or a "
+                f"hang); every rank must make every new_group call (or pass "
+                f"use_local_synchronization=True and make it on the members only){share}",
+                _ranks(ranks), (kind_of(c),)))
+            continue
         a, b = ref_calls[i], calls[i]
         out.append(Finding(
             "capture-divergence", "error",
@@ -223,6 +280,18 @@ def check_sequences(cap: Capture) -> list[Finding]:
                            f"{len(others) - MAX_REPORTED} more distinct call sequences "
                            f"(ranks {_set_text(rest)}) differ from rank {r0}'s", _ranks(rest)))
     return out
+
+
+def _one_call_apart(ref: list, keys: list, i: int) -> bool:
+    """Whether one sequence is the other with call ``i`` left out.
+
+    >>> _one_call_apart(["a", "b", "c"], ["b", "c"], 0), _one_call_apart(["a"], ["x"], 0)
+    (True, False)
+    """
+    if abs(len(ref) - len(keys)) != 1:
+        return False
+    longer, shorter = (ref, keys) if len(ref) > len(keys) else (keys, ref)
+    return longer[:i] + longer[i + 1:] == shorter
 
 
 def check_local_members(cap: Capture) -> list[Finding]:

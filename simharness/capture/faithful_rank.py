@@ -52,6 +52,15 @@ from typing import Any
 from ..launch.toolbox import thread_stack
 from .merge import rank_record, record_name, write_record
 from .record import FAILED, OK, STOPPED, TIMEOUT, GetterSpec
+from .stall import BLOCKED, STALL_S, Stall
+
+
+def _dist_dir() -> str:
+    """torch.distributed's own folder: a main thread with a frame in it is in a collective,
+    a barrier or a group being connected (called once torch is imported)."""
+    import torch.distributed as dist
+
+    return os.path.join(os.path.dirname(os.path.abspath(dist.__file__)), "")
 
 EXIT_FAILED, EXIT_STUCK = 1, 3
 #: ``SIMHARNESS_EAGER_SUBGROUPS=1``: connect every gloo subgroup at creation, as before
@@ -175,13 +184,27 @@ class RankRun:
             except Exception:  # noqa: BLE001 - an unreadable folder or store: not yet
                 return False
 
+        stall = None if self.route is not None else Stall(self.out_dir, self.rank, self.world)
+        seen = [0, time.monotonic()]   # calls, when that count was first seen
+
         def loop() -> None:
             all_done_at = None
             while not self.written:
                 time.sleep(_POLL_S)
                 now = time.monotonic()
+                blocked = stall is not None and self._blocked(stall, seen, now)
                 if timeout is not None and now - self.t0 > timeout:
                     msg = f"rank {self.rank} did not finish within {timeout:g} s"
+                elif blocked and stall is not None and stall.diverged_for(now) > grace:
+                    if self.write(TIMEOUT, {
+                            "kind": BLOCKED, "message": f"rank {self.rank} was blocked in "
+                            f"torch.distributed for {now - seen[1]:.0f} s, and so was every "
+                            f"rank still running, while the ranks' new_group calls differ "
+                            f"(the capture's findings name the first difference)",
+                            "where": self.main_stack(), "calls_before": len(self.rec.calls)}):
+                        stall.clear()
+                        exit_now(EXIT_STUCK)
+                    return
                 elif all_done_at is None:
                     if others and all_others_written():
                         all_done_at = now
@@ -198,6 +221,36 @@ class RankRun:
                 return
 
         threading.Thread(target=loop, name="simharness-capture-watchdog", daemon=True).start()
+
+    def _blocked(self, stall: Stall, seen: list, now: float) -> bool:
+        """Whether the main thread has been inside torch.distributed, with no new
+        new_group call, for STALL_S seconds; writes (or removes) the partial record."""
+        n = len(self.rec.calls)
+        if n != seen[0]:
+            seen[0], seen[1] = n, now
+            stall.clear()
+            return False
+        if now - seen[1] < STALL_S:
+            return False
+        if "torch.distributed" not in sys.modules:
+            return False
+        where = _dist_dir()
+        inside = any(os.path.abspath(f.filename).startswith(where)
+                     for f in thread_stack(self.main_ident))
+        if not inside:
+            stall.clear()
+            seen[1] = now
+            return False
+        if not stall.written:
+            from .runtime import finish_calls
+
+            with self.lock:
+                if self.written:
+                    return False
+                stall.write(rank_record(
+                    self.rank, self.world, "running", finish_calls(list(self.rec.calls)),
+                    error={"kind": BLOCKED, "where": self.main_stack()}, pid=os.getpid()))
+        return True
 
     def on_signal(self, signum: int, frame: Any) -> None:
         from .runtime import where_text
