@@ -9,6 +9,8 @@ By code:
 ``capture-missing-call``  a rank makes fewer (or more) collective ``new_group`` calls than the
                           others; or a member of a ``use_local_synchronization`` group never
                           creates it
+``capture-members-only``  a group (``use_local_synchronization`` off) created by its members
+                          only: torch's rule for ``new_group`` and the two fixes
 ``capture-partition``     groups of one kind (one ``group_desc``) overlap (error) or leave
                           ranks out (error for Megatron's kinds, else a warning)
 ``capture-duplicate``     the same group created twice (two communicators for one set of ranks)
@@ -218,6 +220,54 @@ def check_failed(cap: Capture) -> list[Finding]:
     return out
 
 
+def members_only(cap: Capture, by_seq: dict[int, list[int]] | None = None) -> dict[tuple, tuple]:
+    """Collective groups (``use_local_synchronization`` off) created by exactly their
+    members and by no rank outside them: key -> (call, the ranks that created it)."""
+    by_seq = _by_sequence(cap) if by_seq is None else by_seq
+    creators: dict[tuple, set[int]] = defaultdict(set)
+    first: dict[tuple, GroupCall] = {}
+    for s, ranks in by_seq.items():
+        for c in cap.sequences[s]:
+            if c.collective:
+                creators[c.key].update(ranks)
+                first.setdefault(c.key, c)
+    every = {r for rs in by_seq.values() for r in rs}
+    out = {}
+    for key, who in creators.items():
+        members = set(first[key].members(cap.world_size))
+        if who != every and who == members:
+            out[key] = (first[key], tuple(sorted(who)))
+    return out
+
+
+def check_members_only(cap: Capture) -> list[Finding]:
+    """Groups created only by their members without ``use_local_synchronization=True``:
+    the rule torch states for ``new_group``, and the two ways to follow it."""
+    found = members_only(cap)
+    if not found:
+        return []
+    by_kind: dict[str, list[tuple[GroupCall, tuple[int, ...]]]] = {}
+    for call, who in found.values():
+        by_kind.setdefault(kind_of(call), []).append((call, who))
+    out = []
+    for kind, items in by_kind.items():
+        call, who = items[0]
+        others = sorted(set(range(cap.world_size)) - set(who))
+        more = f" and {len(items) - 1} more such group(s) of this kind" if len(items) > 1 else ""
+        out.append(Finding(
+            "capture-members-only", "error",
+            f"{call.label()} (at {_at(call)}) is created only by its member(s) "
+            f"{_set_text(who)}{more}, without use_local_synchronization=True; torch requires "
+            f"every rank of the job to call new_group for such a group, members or not, in the "
+            f"same order (new_group's docstring, torch/distributed/distributed_c10d.py), so "
+            f"the ranks outside it ({_set_text(others)}) pair their next new_group call with "
+            f"this one (cross-talk between groups, or a hang): pass "
+            f"use_local_synchronization=True "
+            f"(then only the members call it), or call new_group for every group on every rank",
+            _ranks(r for _, w in items for r in w), (kind,)))
+    return out
+
+
 def check_sequences(cap: Capture) -> list[Finding]:
     """Every rank's collective calls equal the reference's (the sequence most ranks made)."""
     by_seq = _by_sequence(cap)
@@ -328,6 +378,7 @@ def _by_kind(calls: Sequence[GroupCall], world_size: int) -> dict[str, list[Grou
 
 def check_partition(cap: Capture) -> list[Finding]:
     W = cap.world_size
+    local = members_only(cap)  # named by check_members_only; they need not cover the world
     partial = _partial_descs()
     out = []
     for kind, calls in _by_kind(cap.groups(), cap.world_size).items():
@@ -355,7 +406,7 @@ def check_partition(cap: Capture) -> list[Finding]:
                                f"in {list(two[0])} and {list(two[1])}; code that keeps 'the' "
                                f"group of this kind per rank keeps only one of them",
                                _ranks(over), (kind,)))
-        if kind in partial or all(c.local_sync for c in calls):
+        if kind in partial or all(c.local_sync or c.key in local for c in calls):
             continue  # members-only creation (local synchronisation) may cover part of the world
         gaps = np.flatnonzero(counts == 0)
         if gaps.size:
@@ -571,7 +622,8 @@ def check_capture(cap: Capture, layout: Layout | None = None, *,
                   twins: Sequence[tuple[str, str]] = ()) -> list[Finding]:
     """Every capture check (and, with ``layout``, the comparison with the configuration);
     findings sorted errors first."""
-    findings = (check_failed(cap) + check_sequences(cap) + check_local_members(cap)
+    findings = (check_failed(cap) + check_sequences(cap) + check_members_only(cap)
+                + check_local_members(cap)
                 + check_partition(cap) + check_twins(cap, tuple(DEFAULT_TWINS) + tuple(twins))
                 + check_crosscheck(cap))
     if layout is not None:

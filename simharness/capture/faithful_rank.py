@@ -78,10 +78,43 @@ def drain_output() -> None:
         _DRAIN[0]()
 
 
+_REAL_EXIT = os._exit   # the script's os._exit is wrapped (install_exit_hook)
+
+
 def exit_now(status: int) -> None:
-    """``os._exit`` after draining the prefixed output."""
-    drain_output()
-    os._exit(status)
+    """``os._exit`` after draining the prefixed output and ending the processes the script
+    started (:mod:`.children`)."""
+    try:
+        from .children import end_descendants
+
+        end_descendants(wait_s=0.5)
+    finally:
+        drain_output()
+        _REAL_EXIT(status)
+
+
+def install_exit_hook(run: RankRun) -> None:
+    """The script's ``os._exit(N)`` writes this rank's record first (status ok for 0 once
+    ``init_process_group`` was called, else failed), so a rank that leaves that way is
+    neither lost nor silently missing. A process the script forked keeps the plain one."""
+    pid = os.getpid()
+
+    def script_exit(status: int) -> None:
+        if os.getpid() == pid:
+            from .runtime import where_text
+
+            where = where_text([(f.filename, f.lineno, f.name) for f in
+                                reversed(traceback.extract_stack(sys._getframe(1)))])
+            if status == 0 and run.rec.init.get("calls"):
+                run.write(OK)
+            else:
+                run.write(FAILED, {"kind": "exit", "message": f"the code ended the process "
+                                   f"with os._exit({status})", "where": where,
+                                   "calls_before": len(run.rec.calls)})
+            exit_now(status)
+        _REAL_EXIT(status)
+
+    os._exit = script_exit
 
 
 def parse(argv: list[str]) -> argparse.Namespace:
@@ -134,6 +167,8 @@ class RankRun:
         self.written = False
         self.t0 = time.monotonic()
         self.main_ident = threading.get_ident()
+        # blocked ranks' partial records (.stall): they need the shared out_dir
+        self.stall = None if route is not None else Stall(out_dir, rank, world)
 
     # --------------------------------------------------------------- record
     def write(self, status: str, error: dict[str, Any] | None = None,
@@ -163,6 +198,8 @@ class RankRun:
                           f"{self.out_dir}", file=sys.stderr)
             os.makedirs(self.out_dir, exist_ok=True)
             write_record(self.out_dir, record)
+            if self.stall is not None:
+                self.stall.clear()
             return True
 
     def main_stack(self) -> list[str]:
@@ -184,7 +221,7 @@ class RankRun:
             except Exception:  # noqa: BLE001 - an unreadable folder or store: not yet
                 return False
 
-        stall = None if self.route is not None else Stall(self.out_dir, self.rank, self.world)
+        stall = self.stall
         seen = [0, time.monotonic()]   # calls, when that count was first seen
 
         def loop() -> None:
@@ -202,7 +239,6 @@ class RankRun:
                             f"rank still running, while the ranks' new_group calls differ "
                             f"(the capture's findings name the first difference)",
                             "where": self.main_stack(), "calls_before": len(self.rec.calls)}):
-                        stall.clear()
                         exit_now(EXIT_STUCK)
                     return
                 elif all_done_at is None:
@@ -371,6 +407,9 @@ def main(argv: list[str] | None = None) -> int:
     from ..launch.stagger import SLOTS_ENV, start_slot
 
     ns = parse(sys.argv[1:] if argv is None else argv)
+    from .children import become_subreaper
+
+    become_subreaper()  # orphans of the script's processes stay in this rank's tree
     os.environ.update(slurm_environ(os.environ))
     if os.environ.get(PREFIX_ENV) and _DRAIN[0] is None:
         _DRAIN[0] = prefix_output(f"[rank{os.environ.get('RANK', '?')}]:")
@@ -402,6 +441,7 @@ def main(argv: list[str] | None = None) -> int:
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, run.on_signal)
     run.watch(ns.timeout, ns.grace)
+    install_exit_hook(run)
     status, error, namespace = OK, None, None
     try:
         _prepare(rank_args, env)
