@@ -201,8 +201,8 @@ def check_failed(cap: Capture) -> list[Finding]:
         out.append(Finding(
             "capture-failed", "error",
             f"ranks {_set_text(blocked)} waited for each other in torch.distributed{at} and "
-            f"were stopped {cap.meta.get('grace_s', '?')} s after every rank still running was "
-            f"blocked: their new_group calls differ (named by the findings on the call "
+            f"were stopped once every rank still running had been blocked for a few seconds: "
+            f"their new_group calls differ (named by the findings on the call "
             f"sequences), so the groups they use are not the same on every rank and a real "
             f"job hangs here", _ranks(blocked)))
     for rec in cap.failed:

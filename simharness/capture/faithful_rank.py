@@ -52,7 +52,7 @@ from typing import Any
 from ..launch.toolbox import thread_stack
 from .merge import rank_record, record_name, write_record
 from .record import FAILED, OK, STOPPED, TIMEOUT, GetterSpec
-from .stall import BLOCKED, STALL_S, Stall
+from .stall import BLOCKED, HOLD_S, STALL_S, Stall
 
 
 def _dist_dir() -> str:
@@ -232,7 +232,7 @@ class RankRun:
                 blocked = stall is not None and self._blocked(stall, seen, now)
                 if timeout is not None and now - self.t0 > timeout:
                     msg = f"rank {self.rank} did not finish within {timeout:g} s"
-                elif blocked and stall is not None and stall.diverged_for(now) > grace:
+                elif blocked and stall is not None and stall.diverged_for(now) > min(grace, HOLD_S):
                     if self.write(TIMEOUT, {
                             "kind": BLOCKED, "message": f"rank {self.rank} was blocked in "
                             f"torch.distributed for {now - seen[1]:.0f} s, and so was every "

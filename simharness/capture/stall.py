@@ -12,7 +12,7 @@ first, within a short grace, instead of waiting for ``--timeout``:
   records, and removes it once it moves on (:class:`Stall`, run by the rank's watchdog);
 * once every rank has either written its record (finished) or a partial record (blocked),
   and the ranks' collective call sequences differ (:func:`calls_differ`), and this stays so
-  for the capture's ``--grace`` seconds, each blocked rank writes its record with status
+  for :data:`HOLD_S` seconds (or ``--grace``, when shorter), each blocked rank writes its record with status
   ``timeout``, error kind ``blocked``, and ends; the capture's checks then name the first
   differing call, the ranks and the call sites (``capture-divergence`` /
   ``capture-missing-call``, :mod:`.checks`).
@@ -40,7 +40,10 @@ from .record import GroupCall
 
 #: Seconds without a new ``new_group`` call, inside ``torch.distributed``, before a rank
 #: counts as blocked and writes its partial record.
-STALL_S = 1.0
+STALL_S = 0.5
+#: Seconds the ranks must stay so (every one finished or blocked, the calls differing, no
+#: rank moving on) before the blocked ranks are stopped.
+HOLD_S = 2.0
 BLOCKED = "blocked"   # the error kind of a rank stopped this way
 _PARTIAL = re.compile(r"^partial-(\d+)\.json$")
 _RECORD = re.compile(r"^rank-(\d+)\.json$")
@@ -139,4 +142,4 @@ class Stall:
         return now - self.since
 
 
-__all__ = ["BLOCKED", "STALL_S", "Stall", "calls_differ", "collective_keys", "partial_name"]
+__all__ = ["BLOCKED", "HOLD_S", "STALL_S", "Stall", "calls_differ", "collective_keys", "partial_name"]
