@@ -303,12 +303,12 @@ def check_sequences(cap: Capture) -> list[Finding]:
                 _ranks(ranks), (kind_of(extra),)))
             continue
         if _one_call_apart(ref_keys, keys, i):
-            who, other = (r, r0) if len(keys) < len(ref_keys) else (r0, r)
-            c = ref_calls[i] if who == r else calls[i]
+            lacks, has = (r, r0) if len(keys) < len(ref_keys) else (r0, r)
+            c = ref_calls[i] if lacks == r else calls[i]
             out.append(Finding(
                 "capture-missing-call", "error",
-                f"rank {who} never makes collective new_group call {i} ({c.label()} at "
-                f"{_at(c)}) that rank {other} makes, and from there on rank {r}'s calls are "
+                f"rank {lacks} never makes collective new_group call {i} ({c.label()} at "
+                f"{_at(c)}) that rank {has} makes, and from there on rank {r}'s calls are "
                 f"rank {r0}'s shifted by one: torch pairs new_group calls by position, so every "
                 f"later group is paired with the wrong call (cross-talk between groups, or a "
                 f"hang); every rank must make every new_group call (or pass "
@@ -541,7 +541,8 @@ def check_against_layout(cap: Capture, layout: Layout) -> list[Finding]:
     ref_id = reference_sequence(by_seq)
     r0 = by_seq[ref_id][0]
     planned = {layout.desc(k) for k in layout.kinds}
-    seq, own = [], []
+    seq: list[GroupCall] = []
+    own: list[GroupCall] = []
     for c in cap.sequences[ref_id]:
         if c.collective:
             (seq if c.desc in planned or megatron_desc(c.desc) else own).append(c)

@@ -47,9 +47,9 @@ def _children(pid: int) -> list[int]:
     except OSError:
         return out
     for tid in tasks:
-        with contextlib.suppress(OSError, ValueError):
-            with open(f"/proc/{pid}/task/{tid}/children", encoding="ascii") as fh:
-                out.extend(int(c) for c in fh.read().split())
+        with contextlib.suppress(OSError, ValueError), \
+                open(f"/proc/{pid}/task/{tid}/children", encoding="ascii") as fh:
+            out.extend(int(c) for c in fh.read().split())
     return out
 
 

@@ -114,7 +114,7 @@ def install_exit_hook(run: RankRun) -> None:
             exit_now(status)
         _REAL_EXIT(status)
 
-    os._exit = script_exit
+    os._exit = script_exit  # type: ignore[assignment]  # writes the record, then exits
 
 
 def parse(argv: list[str]) -> argparse.Namespace:

@@ -321,7 +321,7 @@ def install_patches() -> int:
 
     if _ORIG_SET_DEVICE is None:
         _ORIG_SET_DEVICE = torch.cuda.set_device
-        torch.cuda.set_device = fast_set_device  # type: ignore[assignment]  # see its doc
+        torch.cuda.set_device = fast_set_device  # see its doc
         n += 1
     for mod in list(sys.modules.values()):
         d = getattr(mod, "__dict__", None)
@@ -602,7 +602,7 @@ def run_rank(job: Job, rank: int, state: ModuleState | None) -> dict[str, Any]:
     before = set(descendants(os.getpid()))
     _ACTIVE = rec
     real_exit = os._exit
-    os._exit = _exit_hook()
+    os._exit = _exit_hook()  # type: ignore[assignment]  # raises RankExit instead
     try:
         if job.auto_init:
             recording_init_process_group()

@@ -12,8 +12,9 @@ first, within a short grace, instead of waiting for ``--timeout``:
   records, and removes it once it moves on (:class:`Stall`, run by the rank's watchdog);
 * once every rank has either written its record (finished) or a partial record (blocked),
   and the ranks' collective call sequences differ (:func:`calls_differ`), and this stays so
-  for :data:`HOLD_S` seconds (or ``--grace``, when shorter), each blocked rank writes its record with status
-  ``timeout``, error kind ``blocked``, and ends; the capture's checks then name the first
+  for :data:`HOLD_S` seconds (or ``--grace``, when shorter), each blocked rank writes its
+  record with status ``timeout``, error kind ``blocked``, and ends; the capture's checks
+  then name the first
   differing call, the ranks and the call sites (``capture-divergence`` /
   ``capture-missing-call``, :mod:`.checks`).
 
@@ -142,4 +143,5 @@ class Stall:
         return now - self.since
 
 
-__all__ = ["BLOCKED", "HOLD_S", "STALL_S", "Stall", "calls_differ", "collective_keys", "partial_name"]
+__all__ = ["BLOCKED", "HOLD_S", "STALL_S", "Stall", "calls_differ", "collective_keys",
+           "partial_name"]
