@@ -136,6 +136,22 @@ def test_fast_names_the_same_bugs_in_a_gpu_style_script(tmp_path, how):
     assert ignored["site"].endswith(f"order_hang.py:{at} <module>")
 
 
+# ------------------------------------------------ groups created by their members only
+@pytest.mark.parametrize("how,who", [("pairs", "0-1 and 3 more such group(s)"), ("one", "0-1")])
+def test_members_only_creation_states_the_rule_and_the_fix(tmp_path, how, who):
+    res, _, _ = capture(tmp_path, "members_only.py", 8, *FAST, env={"HOW": how})
+    assert res.returncode == 1, res.stderr
+    out = text(res)
+    at = line_of("members_only.py", "dist.new_group(mine")
+    assert (f"capture-members-only: MY_PAIRS [0, 1] (at members_only.py:{at} <module>)"
+            in out.replace("tests/fixtures/capture/", "")), out
+    assert f"is created only by its member(s) {who}" in out
+    assert "torch requires every rank of the job to call new_group for such a group" in out
+    assert ("pass use_local_synchronization=True (then only the members call it), or call "
+            "new_group for every group on every rank") in out
+    assert "in no group" not in out   # not a partition gap
+
+
 # ------------------------------------------------ processes a rank started
 def _processes_with(entry):
     found = []
