@@ -67,9 +67,15 @@ def _check_out_path(path: str) -> None:
     if not os.path.isdir(folder):
         fail(f"--out {path}: the folder {folder} does not exist; create it or pick another "
              f"path.")
-    if not os.access(folder, os.W_OK) or (os.path.exists(path) and not os.access(path, os.W_OK)):
-        fail(f"--out {path}: not writable; pick a path you can write (checked before running "
-             f"the ranks).")
+    existed = os.path.exists(path)
+    try:  # a real open, not os.access: root passes access() on /proc, whose files refuse
+        with open(path, "a" if existed else "x", encoding="utf-8"):
+            pass
+        if not existed:
+            os.remove(path)
+    except OSError as exc:
+        fail(f"--out {path}: not writable ({exc.strerror or exc}); pick a path you can write "
+             f"(checked before running the ranks).")
 
 
 def _check_getter_modules(specs, target) -> None:
@@ -176,11 +182,15 @@ def capture_cmd(ctx, fast, crosscheck, rank_spec, timeout, grace, out_path, log_
     twin groups lining up, and, with configuration flags or --config, the groups
     build_layout(config) predicts.
 
-    The script must call torch.distributed.init_process_group (any backend). The
-    script's output goes to stderr, each line prefixed [rankN]: (or to --log-dir).
-    Exit status: 0 clean, 1 on an error finding, 2 when the script fails on a rank or
-    on bad input (the capture is still written to --out), 128+N when interrupted by
-    signal N (the partial capture is written).
+    The script must call torch.distributed.init_process_group (any backend; ending
+    with destroy_process_group, os._exit or atexit handlers is fine). The script's
+    output goes to stderr, each line prefixed [rankN]: (or to --log-dir). Ranks that
+    wait for each other in a collective while their new_group calls differ are stopped
+    --grace seconds after every running rank is blocked, and the divergence is named.
+    Exit status: 0 clean; 1 on an error finding (a divergence included); 2 on bad
+    input, refused before any rank starts; 3 when the script fails, hangs or needs a
+    real GPU on a rank (the partial capture is still written to --out); 128+N when
+    interrupted by signal N (the partial capture is written).
 
     \b
     Examples:

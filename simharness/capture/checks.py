@@ -9,6 +9,8 @@ By code:
 ``capture-missing-call``  a rank makes fewer (or more) collective ``new_group`` calls than the
                           others; or a member of a ``use_local_synchronization`` group never
                           creates it
+``capture-members-only``  a group (``use_local_synchronization`` off) created by its members
+                          only: torch's rule for ``new_group`` and the two fixes
 ``capture-partition``     groups of one kind (one ``group_desc``) overlap (error) or leave
                           ranks out (error for Megatron's kinds, else a warning)
 ``capture-duplicate``     the same group created twice (two communicators for one set of ranks)
@@ -27,6 +29,7 @@ By code:
 
 from __future__ import annotations
 
+import re
 from collections import defaultdict
 from collections.abc import Iterable, Sequence
 
@@ -36,7 +39,8 @@ from ..checks import check
 from ..findings import Finding
 from ..layout import PARTIAL_KINDS, Layout
 from ..ranktext import format_rank_set
-from .record import TIMEOUT, Capture, GroupCall, reference_sequence
+from .record import STOPPED, TIMEOUT, Capture, GroupCall, reference_sequence
+from .stall import BLOCKED
 
 MAX_RANKS = 256
 MAX_REPORTED = 8   # divergent sequences reported one by one
@@ -109,6 +113,44 @@ def kinds_of(calls: Sequence[GroupCall], world_size: int) -> list[str]:
     return out
 
 
+#: The ``group_desc`` strings megatron-core's ``parallel_state.py`` passes to ``new_group``
+#: (``create_group(..., group_desc="...")`` in 0.16.1, 0.17.1, 0.18.2 and 0.19.2), and the
+#: patterns of the ones it builds with an f-string (``HIERARCHICAL_{desc}_L{level}``,
+#: ``HIERARCHICAL_{desc}_GLOO_L{level}``, ``HYBRID_DP_CP_GROUP_{size}``). A captured call with
+#: one of these is Megatron's and is compared with the configuration; any other call is a
+#: group of the script's own (a logging group, a DeviceMesh beside Megatron's) and is named,
+#: not compared.
+MEGATRON_DESCS = frozenset({
+    "CONTEXT_PARALLEL_GROUP", "DATA_PARALLEL_GROUP", "DATA_PARALLEL_GROUP_GLOO",
+    "DATA_PARALLEL_GROUP_WITH_CP", "DATA_PARALLEL_GROUP_WITH_CP_AG",
+    "DATA_PARALLEL_GROUP_WITH_CP_GLOO", "DATA_PARALLEL_GROUP_WITH_CP_WITH_GTP_REMAT",
+    "DATA_PARALLEL_GROUP_WITH_GTP_REMAT", "EMBEDDING_GROUP", "EXPERT_DATA_PARALLEL_GROUP",
+    "EXPERT_DATA_PARALLEL_GROUP_AG", "EXPERT_DATA_PARALLEL_GROUP_GLOO",
+    "EXPERT_DATA_PARALLEL_GROUP_WITH_GTP_REMAT", "EXPERT_GTP_WEIGHT_REMAT_GROUP",
+    "EXPERT_MODEL_PARALLEL_GROUP", "EXPERT_TENSOR_AND_MODEL_PARALLEL_GROUP",
+    "EXPERT_TENSOR_MODEL_PIPELINE_PARALLEL_GROUP",
+    "EXPERT_TENSOR_MODEL_PIPELINE_PARALLEL_GROUP_WITH_EGTP", "EXPERT_TENSOR_PARALLEL_GROUP",
+    "GTP_WEIGHT_REMAT_GROUP", "INTRA_DISTRIBUTED_OPTIMIZER_INSTANCE_GROUP",
+    "INTRA_PARTIAL_DATA_PARALLEL_GROUP_WITH_CP", "INTRA_PARTIAL_DATA_PARALLEL_GROUP_WITH_CP_GLOO",
+    "MODEL_PARALLEL_GROUP", "PIPELINE_MODEL_PARALLEL_GROUP", "POSITION_EMBEDDING_GROUP",
+    "TENSOR_AND_CONTEXT_PARALLEL_GROUP", "TENSOR_AND_DATA_PARALLEL_GROUP",
+    "TENSOR_AND_DATA_PARALLEL_GROUP_WITH_CP", "TENSOR_MODEL_PARALLEL_GROUP",
+})
+_MEGATRON_DESC_RE = re.compile(r"^(HIERARCHICAL_[A-Z_]+_(GLOO_)?L\d+|HYBRID_DP_CP_GROUP_\d+)$")
+
+
+def megatron_desc(desc: str | None) -> bool:
+    """Whether ``desc`` is one megatron-core's ``parallel_state`` gives its groups.
+
+    >>> megatron_desc("DATA_PARALLEL_GROUP"), megatron_desc("HIERARCHICAL_X_GROUP_L1")
+    (True, True)
+    >>> megatron_desc("LOGGING"), megatron_desc("mesh_dp"), megatron_desc(None)
+    (False, False, False)
+    """
+    return bool(desc) and (desc in MEGATRON_DESCS
+                           or _MEGATRON_DESC_RE.match(desc or "") is not None)
+
+
 def _partial_descs() -> frozenset[str]:
     from ..config import ParallelismConfig
     from ..layout import build_layout
@@ -122,22 +164,113 @@ def _megatron_style(desc: str) -> bool:
 
 
 # ------------------------------------------------------------------ checks
+def blocked_ranks(cap: Capture) -> list[int]:
+    """Ranks a faithful capture stopped because they were blocked in torch.distributed
+    while the ranks' new_group calls differed (:mod:`.stall`)."""
+    return [r.rank for r in cap.failed if (r.error or {}).get("kind") == BLOCKED]
+
+
+def stopped_on_divergence(cap: Capture) -> bool:
+    """Whether ranks were stopped blocked on diverging calls: the findings name why (a rank
+    that failed besides, often a peer of a stopped rank losing its connection, is among
+    them)."""
+    return bool(blocked_ranks(cap))
+
+
+def _by_sequence(cap: Capture) -> dict[int, list[int]]:
+    """Sequence -> ranks: the ranks that finished and, when ranks were stopped blocked,
+    their partial sequences and those of the ranks stopped with them (what each had made
+    when every rank waited for the others)."""
+    by_seq = cap.ranks_by_sequence()
+    if not blocked_ranks(cap):
+        return by_seq
+    for r, rec in sorted(cap.records.items()):
+        blocked = rec.status == TIMEOUT and (rec.error or {}).get("kind") == BLOCKED
+        if (blocked or rec.status == STOPPED) and rec.sequence is not None:
+            by_seq.setdefault(rec.sequence, []).append(r)
+    return {s: sorted(rs) for s, rs in by_seq.items()}
+
+
 def check_failed(cap: Capture) -> list[Finding]:
     out = []
+    blocked = blocked_ranks(cap)
+    if blocked:
+        first = cap.records[blocked[0]].error or {}
+        where = list(first.get("where") or [])
+        at = f" (rank {blocked[0]} at {', '.join(where[:2])})" if where else ""
+        out.append(Finding(
+            "capture-failed", "error",
+            f"ranks {_set_text(blocked)} waited for each other in torch.distributed{at} and "
+            f"were stopped once every rank still running had been blocked for a few seconds: "
+            f"their new_group calls differ (named by the findings on the call "
+            f"sequences), so the groups they use are not the same on every rank and a real "
+            f"job hangs here", _ranks(blocked)))
     for rec in cap.failed:
+        if rec.rank in blocked:
+            continue
         err = dict(rec.error or {})
         where = err.get("where") or []
         at = f" at {where[0]}" if where else ""
+        knock = (f" (ranks {_set_text(blocked)} were stopped as blocked meanwhile: a lost "
+                 f"connection to one of them follows from that)" if blocked else "")
         out.append(Finding("capture-failed", "error",
                            f"rank {rec.rank} {'timed out' if rec.status == TIMEOUT else 'failed'}"
                            f"{at}: {err.get('message', '?')} ({err.get('kind', rec.status)}); "
-                           f"its calls are partial", (rec.rank,)))
+                           f"its calls are partial{knock}", (rec.rank,)))
+    return out
+
+
+def members_only(cap: Capture, by_seq: dict[int, list[int]] | None = None) -> dict[tuple, tuple]:
+    """Collective groups (``use_local_synchronization`` off) created by exactly their
+    members and by no rank outside them: key -> (call, the ranks that created it)."""
+    by_seq = _by_sequence(cap) if by_seq is None else by_seq
+    creators: dict[tuple, set[int]] = defaultdict(set)
+    first: dict[tuple, GroupCall] = {}
+    for s, ranks in by_seq.items():
+        for c in cap.sequences[s]:
+            if c.collective:
+                creators[c.key].update(ranks)
+                first.setdefault(c.key, c)
+    every = {r for rs in by_seq.values() for r in rs}
+    out = {}
+    for key, who in creators.items():
+        members = set(first[key].members(cap.world_size))
+        if who != every and who == members:
+            out[key] = (first[key], tuple(sorted(who)))
+    return out
+
+
+def check_members_only(cap: Capture) -> list[Finding]:
+    """Groups created only by their members without ``use_local_synchronization=True``:
+    the rule torch states for ``new_group``, and the two ways to follow it."""
+    found = members_only(cap)
+    if not found:
+        return []
+    by_kind: dict[str, list[tuple[GroupCall, tuple[int, ...]]]] = {}
+    for call, who in found.values():
+        by_kind.setdefault(kind_of(call), []).append((call, who))
+    out = []
+    for kind, items in by_kind.items():
+        call, who = items[0]
+        others = sorted(set(range(cap.world_size)) - set(who))
+        more = f" and {len(items) - 1} more such group(s) of this kind" if len(items) > 1 else ""
+        out.append(Finding(
+            "capture-members-only", "error",
+            f"{call.label()} (at {_at(call)}) is created only by its member(s) "
+            f"{_set_text(who)}{more}, without use_local_synchronization=True; torch requires "
+            f"every rank of the job to call new_group for such a group, members or not, in the "
+            f"same order (new_group's docstring, torch/distributed/distributed_c10d.py), so "
+            f"the ranks outside it ({_set_text(others)}) pair their next new_group call with "
+            f"this one (cross-talk between groups, or a hang): pass "
+            f"use_local_synchronization=True "
+            f"(then only the members call it), or call new_group for every group on every rank",
+            _ranks(r for _, w in items for r in w), (kind,)))
     return out
 
 
 def check_sequences(cap: Capture) -> list[Finding]:
     """Every rank's collective calls equal the reference's (the sequence most ranks made)."""
-    by_seq = cap.ranks_by_sequence()
+    by_seq = _by_sequence(cap)
     if len(by_seq) < 2:
         return []
     ref = reference_sequence(by_seq)
@@ -169,6 +302,19 @@ def check_sequences(cap: Capture) -> list[Finding]:
                 f"use_local_synchronization=True), or the ranks that do wait forever{share}",
                 _ranks(ranks), (kind_of(extra),)))
             continue
+        if _one_call_apart(ref_keys, keys, i):
+            lacks, has = (r, r0) if len(keys) < len(ref_keys) else (r0, r)
+            c = ref_calls[i] if lacks == r else calls[i]
+            out.append(Finding(
+                "capture-missing-call", "error",
+                f"rank {lacks} never makes collective new_group call {i} ({c.label()} at "
+                f"{_at(c)}) that rank {has} makes, and from there on rank {r}'s calls are "
+                f"rank {r0}'s shifted by one: torch pairs new_group calls by position, so every "
+                f"later group is paired with the wrong call (cross-talk between groups, or a "
+                f"hang); every rank must make every new_group call (or pass "
+                f"use_local_synchronization=True and make it on the members only){share}",
+                _ranks(ranks), (kind_of(c),)))
+            continue
         a, b = ref_calls[i], calls[i]
         out.append(Finding(
             "capture-divergence", "error",
@@ -184,6 +330,18 @@ def check_sequences(cap: Capture) -> list[Finding]:
                            f"{len(others) - MAX_REPORTED} more distinct call sequences "
                            f"(ranks {_set_text(rest)}) differ from rank {r0}'s", _ranks(rest)))
     return out
+
+
+def _one_call_apart(ref: list, keys: list, i: int) -> bool:
+    """Whether one sequence is the other with call ``i`` left out.
+
+    >>> _one_call_apart(["a", "b", "c"], ["b", "c"], 0), _one_call_apart(["a"], ["x"], 0)
+    (True, False)
+    """
+    if abs(len(ref) - len(keys)) != 1:
+        return False
+    longer, shorter = (ref, keys) if len(ref) > len(keys) else (keys, ref)
+    return longer[:i] + longer[i + 1:] == shorter
 
 
 def check_local_members(cap: Capture) -> list[Finding]:
@@ -220,6 +378,7 @@ def _by_kind(calls: Sequence[GroupCall], world_size: int) -> dict[str, list[Grou
 
 def check_partition(cap: Capture) -> list[Finding]:
     W = cap.world_size
+    local = members_only(cap)  # named by check_members_only; they need not cover the world
     partial = _partial_descs()
     out = []
     for kind, calls in _by_kind(cap.groups(), cap.world_size).items():
@@ -247,7 +406,7 @@ def check_partition(cap: Capture) -> list[Finding]:
                                f"in {list(two[0])} and {list(two[1])}; code that keeps 'the' "
                                f"group of this kind per rank keeps only one of them",
                                _ranks(over), (kind,)))
-        if kind in partial or all(c.local_sync for c in calls):
+        if kind in partial or all(c.local_sync or c.key in local for c in calls):
             continue  # members-only creation (local synchronisation) may cover part of the world
         gaps = np.flatnonzero(counts == 0)
         if gaps.size:
@@ -339,10 +498,15 @@ def captured_layout(cap: Capture, layout: Layout) -> tuple[Layout | None, list[F
     for desc, calls in _by_kind(cap.groups(), cap.world_size).items():
         kind = kind_for.get(desc)
         if kind is None:
-            out.append(Finding("capture-vs-config", "warning",
+            # A Megatron kind the config does not build: the config and the code disagree.
+            # Any other group is the script's own, beside the configured layout (a fact).
+            meg = megatron_desc(calls[0].desc)
+            why = ("; the configuration and the code disagree: check the flags" if meg else
+                   ": a group of the script's own beside the configured layout, not compared")
+            out.append(Finding("capture-vs-config", "warning" if meg else "info",
                                f"the code creates {len(calls)} {desc} group(s) (at "
                                f"{_at(calls[0])}) that build_layout(config) (mcore "
-                               f"{layout.mcore}) does not build", (), (desc,)))
+                               f"{layout.mcore}) does not build{why}", (), (desc,)))
             continue
         # torch sorts a group's ranks, so the order the code passed is not observable: a
         # captured group over the same ranks as one the config builds takes that group's order
@@ -376,16 +540,23 @@ def check_against_layout(cap: Capture, layout: Layout) -> list[Finding]:
         return []
     ref_id = reference_sequence(by_seq)
     r0 = by_seq[ref_id][0]
-    seq = [c for c in cap.sequences[ref_id] if c.collective]
+    planned = {layout.desc(k) for k in layout.kinds}
+    seq: list[GroupCall] = []
+    own: list[GroupCall] = []
+    for c in cap.sequences[ref_id]:
+        if c.collective:
+            (seq if c.desc in planned or megatron_desc(c.desc) else own).append(c)
     log = [LoggedGroup(i, list(range(cap.world_size) if c.ranks is None else c.ranks),
                        c.backend, c.backend or "nccl", c.desc, None) for i, c in enumerate(seq)]
     mismatches, aligned = compare_log(layout, log, r0)
     out: list[Finding] = []
+    beside = (f" (besides {len(own)} new_group call(s) of its own, named below, not compared)"
+              if own else "")
     if aligned:
         out.append(Finding("capture-vs-config", "info",
                            f"the captured code makes the {len(seq)} new_group calls "
                            f"build_layout(config) predicts (mcore {layout.mcore}), call for "
-                           f"call, on every captured rank"))
+                           f"call, on every captured rank{beside}"))
     else:
         m = mismatches[0]
         idx = m.get("index")
@@ -393,7 +564,8 @@ def check_against_layout(cap: Capture, layout: Layout) -> list[Finding]:
         more = f"; {len(mismatches) - 1} more difference(s)" if len(mismatches) > 1 else ""
         out.append(Finding("capture-vs-config", "error",
                            f"the captured calls differ from build_layout(config) (mcore "
-                           f"{layout.mcore}) on rank {r0}: {m['message'].rstrip('.')}{at}{more}",
+                           f"{layout.mcore}) on rank {r0}: {m['message'].rstrip('.')}{at}{more}"
+                           f"{beside}",
                            (r0,), tuple(k for k in (m.get("kind"),) if k)))
     cfg = layout.config
     descs = {c.desc for c in cap.groups()}
@@ -417,7 +589,9 @@ def check_against_layout(cap: Capture, layout: Layout) -> list[Finding]:
         from ..checks import CHECKS
 
         names = [n for n, _ in CHECKS if n not in skip]
-        found = check(lay, only=names)
+        found = [f for f in check(lay, only=names)  # the captured layout is one loop per
+                 if not (f.code == "matches-config"    # kind: its "creation order" is not the
+                         and f.message.startswith("the plan's creation order"))]  # code's
         if dropped:
             found = [f for f in found if f.code != "ag-missing"]
         out.extend(found)
@@ -449,7 +623,8 @@ def check_capture(cap: Capture, layout: Layout | None = None, *,
                   twins: Sequence[tuple[str, str]] = ()) -> list[Finding]:
     """Every capture check (and, with ``layout``, the comparison with the configuration);
     findings sorted errors first."""
-    findings = (check_failed(cap) + check_sequences(cap) + check_local_members(cap)
+    findings = (check_failed(cap) + check_sequences(cap) + check_members_only(cap)
+                + check_local_members(cap)
                 + check_partition(cap) + check_twins(cap, tuple(DEFAULT_TWINS) + tuple(twins))
                 + check_crosscheck(cap))
     if layout is not None:

@@ -210,10 +210,14 @@ def _merge(record_dir: str, world_size: int, result: Any) -> Capture:
     records = dict(cap.records)
     for r, rec in records.items():
         code = exits.get(r)
-        if rec.status == NOT_RUN and code is not None and code != 0:
+        if rec.status == NOT_RUN and code is not None:
+            # exit status 0 too: a rank that left without its record (os._exit past the
+            # capture's hook, a C library's exit) is lost, never a silent "n-1 of n captured"
             how = (f"killed by {signal.Signals(-code).name}" if code < 0
                    else f"exit status {code}")
+            why = ("out of memory, or killed?" if code != 0 else "the process exited past the "
+                   "capture's hooks: os._exit or exit() from C code?")
             records[r] = RankRecord(r, FAILED, None, {}, {}, {
                 "kind": "died", "message": f"the process of rank {r} ended ({how}) without "
-                f"writing its record (out of memory, or killed?)", "where": []})
+                f"writing its record ({why})", "where": []})
     return Capture(cap.world_size, cap.ranks, cap.sequences, records, cap.meta)

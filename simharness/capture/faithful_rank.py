@@ -53,6 +53,15 @@ from .. import envvars
 from ..launch.toolbox import thread_stack
 from .merge import rank_record, record_name, write_record
 from .record import FAILED, OK, STOPPED, TIMEOUT, GetterSpec
+from .stall import BLOCKED, HOLD_S, STALL_S, Stall
+
+
+def _dist_dir() -> str:
+    """torch.distributed's own folder: a main thread with a frame in it is in a collective,
+    a barrier or a group being connected (called once torch is imported)."""
+    import torch.distributed as dist
+
+    return os.path.join(os.path.dirname(os.path.abspath(dist.__file__)), "")
 
 EXIT_FAILED, EXIT_STUCK = 1, 3
 #: ``SIMHARNESS_EAGER_SUBGROUPS=1``: connect every gloo subgroup at creation, as before
@@ -70,10 +79,43 @@ def drain_output() -> None:
         _DRAIN[0]()
 
 
+_REAL_EXIT = os._exit   # the script's os._exit is wrapped (install_exit_hook)
+
+
 def exit_now(status: int) -> None:
-    """``os._exit`` after draining the prefixed output."""
-    drain_output()
-    os._exit(status)
+    """``os._exit`` after draining the prefixed output and ending the processes the script
+    started (:mod:`.children`)."""
+    try:
+        from .children import end_descendants
+
+        end_descendants(wait_s=0.5)
+    finally:
+        drain_output()
+        _REAL_EXIT(status)
+
+
+def install_exit_hook(run: RankRun) -> None:
+    """The script's ``os._exit(N)`` writes this rank's record first (status ok for 0 once
+    ``init_process_group`` was called, else failed), so a rank that leaves that way is
+    neither lost nor silently missing. A process the script forked keeps the plain one."""
+    pid = os.getpid()
+
+    def script_exit(status: int) -> None:
+        if os.getpid() == pid:
+            from .runtime import where_text
+
+            where = where_text([(f.filename, f.lineno, f.name) for f in
+                                reversed(traceback.extract_stack(sys._getframe(1)))])
+            if status == 0 and run.rec.init.get("calls"):
+                run.write(OK)
+            else:
+                run.write(FAILED, {"kind": "exit", "message": f"the code ended the process "
+                                   f"with os._exit({status})", "where": where,
+                                   "calls_before": len(run.rec.calls)})
+            exit_now(status)
+        _REAL_EXIT(status)
+
+    os._exit = script_exit  # type: ignore[assignment]  # writes the record, then exits
 
 
 def parse(argv: list[str]) -> argparse.Namespace:
@@ -126,6 +168,8 @@ class RankRun:
         self.written = False
         self.t0 = time.monotonic()
         self.main_ident = threading.get_ident()
+        # blocked ranks' partial records (.stall): they need the shared out_dir
+        self.stall = None if route is not None else Stall(out_dir, rank, world)
 
     # --------------------------------------------------------------- record
     def write(self, status: str, error: dict[str, Any] | None = None,
@@ -155,6 +199,8 @@ class RankRun:
                           f"{self.out_dir}", file=sys.stderr)
             os.makedirs(self.out_dir, exist_ok=True)
             write_record(self.out_dir, record)
+            if self.stall is not None:
+                self.stall.clear()
             return True
 
     def main_stack(self) -> list[str]:
@@ -176,13 +222,26 @@ class RankRun:
             except Exception:  # noqa: BLE001 - an unreadable folder or store: not yet
                 return False
 
+        stall = self.stall
+        seen = [0, time.monotonic()]   # calls, when that count was first seen
+
         def loop() -> None:
             all_done_at = None
             while not self.written:
                 time.sleep(_POLL_S)
                 now = time.monotonic()
+                blocked = stall is not None and self._blocked(stall, seen, now)
                 if timeout is not None and now - self.t0 > timeout:
                     msg = f"rank {self.rank} did not finish within {timeout:g} s"
+                elif blocked and stall is not None and stall.diverged_for(now) > min(grace, HOLD_S):
+                    if self.write(TIMEOUT, {
+                            "kind": BLOCKED, "message": f"rank {self.rank} was blocked in "
+                            f"torch.distributed for {now - seen[1]:.0f} s, and so was every "
+                            f"rank still running, while the ranks' new_group calls differ "
+                            f"(the capture's findings name the first difference)",
+                            "where": self.main_stack(), "calls_before": len(self.rec.calls)}):
+                        exit_now(EXIT_STUCK)
+                    return
                 elif all_done_at is None:
                     if others and all_others_written():
                         all_done_at = now
@@ -199,6 +258,36 @@ class RankRun:
                 return
 
         threading.Thread(target=loop, name="simharness-capture-watchdog", daemon=True).start()
+
+    def _blocked(self, stall: Stall, seen: list, now: float) -> bool:
+        """Whether the main thread has been inside torch.distributed, with no new
+        new_group call, for STALL_S seconds; writes (or removes) the partial record."""
+        n = len(self.rec.calls)
+        if n != seen[0]:
+            seen[0], seen[1] = n, now
+            stall.clear()
+            return False
+        if now - seen[1] < STALL_S:
+            return False
+        if "torch.distributed" not in sys.modules:
+            return False
+        where = _dist_dir()
+        inside = any(os.path.abspath(f.filename).startswith(where)
+                     for f in thread_stack(self.main_ident))
+        if not inside:
+            stall.clear()
+            seen[1] = now
+            return False
+        if not stall.written:
+            from .runtime import finish_calls
+
+            with self.lock:
+                if self.written:
+                    return False
+                stall.write(rank_record(
+                    self.rank, self.world, "running", finish_calls(list(self.rec.calls)),
+                    error={"kind": BLOCKED, "where": self.main_stack()}, pid=os.getpid()))
+        return True
 
     def on_signal(self, signum: int, frame: Any) -> None:
         from .runtime import where_text
@@ -319,6 +408,9 @@ def main(argv: list[str] | None = None) -> int:
     from ..launch.stagger import SLOTS_ENV, start_slot
 
     ns = parse(sys.argv[1:] if argv is None else argv)
+    from .children import become_subreaper
+
+    become_subreaper()  # orphans of the script's processes stay in this rank's tree
     os.environ.update(slurm_environ(os.environ))
     if envvars.read(PREFIX_ENV) and _DRAIN[0] is None:
         _DRAIN[0] = prefix_output(f"[rank{os.environ.get('RANK', '?')}]:")
@@ -350,6 +442,7 @@ def main(argv: list[str] | None = None) -> int:
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, run.on_signal)
     run.watch(ns.timeout, ns.grace)
+    install_exit_hook(run)
     status, error, namespace = OK, None, None
     try:
         _prepare(rank_args, env)
@@ -363,9 +456,9 @@ def main(argv: list[str] | None = None) -> int:
                      "where": _tb_where(exc), "calls_before": len(run.rec.calls)}
     except BaseException as exc:  # noqa: BLE001 - reported in the record
         status, error = FAILED, _classify(exc, run)
-    import torch.distributed as dist
-
-    if status == OK and not dist.is_initialized():
+    if status == OK and not run.rec.init.get("calls"):
+        # Whether init_process_group was ever called (the recorder saw it), not whether the
+        # default group is still up: a script that ends with destroy_process_group is clean.
         status = FAILED
         error = {"kind": "no-init", "message": "the code finished without calling "
                  "torch.distributed.init_process_group", "where": [],

@@ -275,6 +275,10 @@ def capture(fn: Callable[[], Any], world_size: int, *, ranks: Iterable[int] | st
 def failure_message(cap: Capture, out_path: str | None = None) -> str | None:
     """One line for the first failed rank (lowest), or None when every rank ran."""
     failed = cap.failed
+    from .checks import stopped_on_divergence
+
+    if stopped_on_divergence(cap):
+        return None  # stopped on diverging calls: the findings name them
     saved = f"; the partial capture is in {out_path}" if out_path else ""
     if not failed:
         crash = cap.meta.get("worker_errors")

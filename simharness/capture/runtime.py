@@ -290,6 +290,24 @@ def fast_get_world_size(group=None):
     return _ORIG_GET_WORLD_SIZE(group)
 
 
+_ORIG_SET_DEVICE: Callable | None = None
+
+
+def fast_set_device(device) -> None:
+    """``torch.cuda.set_device`` while a ``--fast`` rank runs: a no-op, recorded as ignored
+    (the fake backend needs no device; a GPU-style script runs unedited). Outside a rank,
+    torch's own."""
+    rec = _ACTIVE
+    if rec is None:
+        assert _ORIG_SET_DEVICE is not None
+        return _ORIG_SET_DEVICE(device)
+    site = stack_text(call_stack(sys._getframe(1), 1))
+    rec.init.setdefault("ignored", []).append({
+        "call": f"torch.cuda.set_device({device!r})", "site": site[0] if site else "?",
+        "why": "--fast runs every rank on CPU under the fake backend"})
+    return None
+
+
 def install_patches() -> int:
     """Point every loaded ``new_group``/``init_process_group`` name at the recording
     versions (and ``get_rank``/``get_world_size`` at shortcuts that answer the same);
@@ -298,6 +316,13 @@ def install_patches() -> int:
              id(_ORIG_GET_RANK): fast_get_rank, id(_ORIG_GET_WORLD_SIZE): fast_get_world_size}
     names = ("new_group", "init_process_group", "get_rank", "get_world_size")
     n = 0
+    global _ORIG_SET_DEVICE
+    import torch
+
+    if _ORIG_SET_DEVICE is None:
+        _ORIG_SET_DEVICE = torch.cuda.set_device
+        torch.cuda.set_device = fast_set_device  # see its doc
+        n += 1
     for mod in list(sys.modules.values()):
         d = getattr(mod, "__dict__", None)
         if not isinstance(d, dict):
@@ -539,6 +564,28 @@ class RankOutput:
         return False
 
 
+class RankExit(BaseException):
+    """The code's ``os._exit(status)`` inside a ``--fast`` rank (see :func:`run_rank`)."""
+
+    def __init__(self, status: int):
+        super().__init__(status)
+        self.status = status
+
+
+def _exit_hook() -> Callable[[int], None]:
+    """``os._exit`` while a ``--fast`` rank runs: the worker runs more ranks, so the call ends
+    the rank (as ``sys.exit`` would: the code's ``finally`` blocks run, which a real process
+    would skip) and not the worker. A process the code forked keeps the plain one."""
+    real, pid = os._exit, os.getpid()
+
+    def hook(status: int) -> None:
+        if os.getpid() != pid:
+            real(status)
+        raise RankExit(status)
+
+    return hook
+
+
 def run_rank(job: Job, rank: int, state: ModuleState | None) -> dict[str, Any]:
     """Run the code as ``rank``; returns ``{"status", "calls", "getters", "init", "error"}``."""
     global _ACTIVE
@@ -550,23 +597,32 @@ def run_rank(job: Job, rank: int, state: ModuleState | None) -> dict[str, Any]:
     out: dict[str, Any] = {"status": OK, "getters": {}, "error": None}
     saved_streams = sys.stdout, sys.stderr
     sys.stdout = sys.stderr = RankOutput(rank)
+    from .children import descendants, end_processes
+
+    before = set(descendants(os.getpid()))
     _ACTIVE = rec
+    real_exit = os._exit
+    os._exit = _exit_hook()  # type: ignore[assignment]  # raises RankExit instead
     try:
         if job.auto_init:
             recording_init_process_group()
         namespace = None
         try:
             namespace = job.target()
-        except SystemExit as exc:
-            if exc.code not in (None, 0):
+        except (SystemExit, RankExit) as exc:
+            code = exc.status if isinstance(exc, RankExit) else exc.code
+            how = "ended the process with os._exit(" if isinstance(exc, RankExit) else \
+                "exited with status "
+            if code not in (None, 0):
                 out["status"] = FAILED
-                out["error"] = {"kind": "exit", "message": f"the code exited with status "
-                                f"{exc.code}", "where": traceback_where(exc.__traceback__),
+                out["error"] = {"kind": "exit", "message": f"the code {how}{code}"
+                                + (")" if isinstance(exc, RankExit) else ""),
+                                "where": traceback_where(exc.__traceback__),
                                 "calls_before": len(rec.calls)}
         except Exception as exc:  # noqa: BLE001 - reported per rank
             out["status"] = FAILED
             out["error"] = _classify(exc, rec)
-        if out["status"] == OK and not dist.is_initialized():
+        if out["status"] == OK and not rec.init.get("calls"):  # ever called (see faithful_rank)
             out["status"] = FAILED
             out["error"] = {"kind": "no-init", "message": "the code finished without calling "
                             "torch.distributed.init_process_group", "where": [],
@@ -575,6 +631,8 @@ def run_rank(job: Job, rank: int, state: ModuleState | None) -> dict[str, Any]:
             out["getters"] = {g.text: read_getter(g, namespace, rec) for g in job.getters}
     finally:
         _ACTIVE = None
+        os._exit = real_exit
+        end_processes([p for p in descendants(os.getpid()) if p not in before], 0.5)
         try:
             if dist.is_initialized():
                 dist.destroy_process_group()

@@ -336,9 +336,12 @@ BAD = {
                 "dist.init_process_group('nccl')\ndist.new_group([0, 1])\n"
                 "if dist.get_rank() == 2:\n    wait_for_peer()\n"),
     "noinit.py": "import torch.distributed as dist\nx = 1\n",
+    # torch.cuda.set_device is a no-op under --fast (recorded as ignored); a device query
+    # is not
     "gpu_init.py": ("import os, torch, torch.distributed as dist\n"
+                    "torch.cuda.set_device(int(os.environ['LOCAL_RANK']))\n"
                     "dist.init_process_group('nccl')\n"
-                    "torch.cuda.set_device(int(os.environ['LOCAL_RANK']))\n"),
+                    "torch.cuda.current_device()\n"),
 }
 EXPECT = {
     "crash.py": ("rank 3 failed at crash.py:6 build (called from crash.py:8 <module>) after 1 "

@@ -445,11 +445,19 @@ def test_groups_the_config_does_not_build_or_of_mixed_sizes():
     calls = _from_layout(lay) + [gc([0, 1, 2, 3, 4, 5, 6, 7], "MY_GROUP",
                                     stack=("x.py:1 mine", "m.py:2 main"))]
     lay2, notes = captured_layout(make(8, [calls]), lay)
-    assert notes == [F("capture-vs-config", "warning",
+    # a group of the script's own (not a desc megatron-core uses) beside the layout: a fact
+    assert notes == [F("capture-vs-config", "info",
                        "the code creates 1 MY_GROUP group(s) (at x.py:1 mine via m.py:2 main) "
-                       "that build_layout(config) (mcore 0.16) does not build", (),
+                       "that build_layout(config) (mcore 0.16) does not build: a group of the "
+                       "script's own beside the configured layout, not compared", (),
                        ("MY_GROUP",))]
     assert lay2 is not None and "tp" in lay2.kinds
+    # a Megatron kind the config does not build: the flags and the code disagree
+    ag = _from_layout(lay) + [gc([0, 1, 2, 3, 4, 5, 6, 7], "DATA_PARALLEL_GROUP_WITH_CP_AG")]
+    _, notes = captured_layout(make(8, [ag]), lay)
+    assert [(f.severity, f.groups) for f in notes] == [
+        ("warning", ("DATA_PARALLEL_GROUP_WITH_CP_AG",))]
+    assert notes[0].message.endswith("the configuration and the code disagree: check the flags")
     tp_desc = lay.desc("tp")
     mixed = [c for c in calls if c.desc != tp_desc and c.desc != "MY_GROUP"]
     mixed += [gc([0, 1], tp_desc), gc([2, 3, 4], tp_desc), gc([5, 6, 7], tp_desc)]
@@ -499,7 +507,7 @@ def test_captured_layout_keeps_every_other_kind_after_a_bad_one():
     calls = [gc([0, 1], "MY_GROUP"), gc([0, 1], tp_desc), gc([2, 3, 4], tp_desc),
              gc([5, 6, 7], tp_desc), *good]
     lay2, notes = captured_layout(make(8, [calls]), lay)
-    assert [(f.severity, f.groups) for f in notes] == [("warning", ("MY_GROUP",)),
+    assert [(f.severity, f.groups) for f in notes] == [("info", ("MY_GROUP",)),
                                                       ("error", ("tp",))]
     assert lay2 is not None
     assert set(lay2.kinds) == set(lay.kinds) - {"tp"}
@@ -528,10 +536,17 @@ def test_whole_world_calls_and_the_default_backend():
     # a desc-less whole-world call: a kind the config does not build, named by its site
     extra = [*calls, gc(None, stack=("w.py:1 world",))]
     _, notes = captured_layout(make(4, [extra]), lay)
-    assert notes == [F("capture-vs-config", "warning",
+    assert notes == [F("capture-vs-config", "info",
                        "the code creates 1 (no group_desc) at w.py:1 world group(s) (at "
-                       "w.py:1 world) that build_layout(config) (mcore 0.16) does not build",
+                       "w.py:1 world) that build_layout(config) (mcore 0.16) does not build: a "
+                       "group of the script's own beside the configured layout, not compared",
                        (), ("(no group_desc) at w.py:1 world",))]
+    # ... and the call for call comparison leaves it out: the config's calls still match
+    found = check_against_layout(make(4, [extra]), lay)
+    assert found[0].severity == "info" and found[0].message.endswith(
+        "on every captured rank (besides 1 new_group call(s) of its own, named below, not "
+        "compared)")
+    assert [f for f in found if f.severity == "error"] == []
 
 
 # ------------------------------------------------- whole-world calls, ordering, loops
