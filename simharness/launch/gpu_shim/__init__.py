@@ -85,15 +85,24 @@ from .common import (  # noqa: F401
     user_site,
 )
 from .cuda import (  # noqa: F401
-    _dynamo_rng,
     _patch_cuda,
     _patch_profiler,
     _refuser,
 )
 from .dist import (  # noqa: F401
+    GroupMismatch,
     _bind,
     _nccl_stand_in,
     _patch_dist,
+)
+from .identity import (  # noqa: F401
+    DEFAULT_GPU,
+    ENV_GPU,
+    GPUS,
+    DeviceProperties,
+    GpuSpec,
+    UnknownGPU,
+    gpu_spec,
 )
 from .lifecycle import (  # noqa: F401
     _LOCK,
@@ -116,6 +125,8 @@ from .parallel import (  # noqa: F401
     _RefusedStream,
     _when_imported,
 )
+from .rng import DEFAULT_SEED, RNG_CALLS  # noqa: F401
+from .streams import NVTX_CALLS, STREAM_CALLS  # noqa: F401
 from .tensors import (  # noqa: F401
     _CudaTensors,
     _enter_tensor_mode,
