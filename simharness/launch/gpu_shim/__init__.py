@@ -54,7 +54,8 @@ The ``file:line`` of a stop is the innermost frame outside torch and the shim; t
 code (``torch/testing``, e.g. ``distributed_test.py``) counts as the caller's.
 
 Known differences: a mapped tensor reports ``device.type == "cpu"`` (``device.index`` None)
-and ``is_cuda`` False; random numbers are the CPU generator's, not CUDA's Philox; other threads than the installing one do not map tensors;
+and ``is_cuda`` False; random numbers are the CPU generator's, not CUDA's Philox; other
+threads than the installing one do not map tensors;
 ``torch.accelerator.is_available()`` is still False and ``current_accelerator()`` None (code
 that asks first keeps its CPU path); ``torch.cuda.memory_allocated()`` is 0 (torch's own
 answer before CUDA starts); ``split_group`` of a non-world parent twice over the same ranks

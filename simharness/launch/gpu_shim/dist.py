@@ -6,7 +6,8 @@ NCCL creates a communicator when a collective first runs on the group
 (``ProcessGroupNCCL::getNCCLComm``), so a ``new_group`` whose ``ranks`` differ between the
 ranks (each rank passing a list that depends on its rank) goes unnoticed until the group is
 used. gloo connects every pair of a group when it is created, so the same call makes the
-ranks wait on each other until gloo's timeout. With ``lazy_groups``, a subgroup whose
+ranks wait on each other until gloo's timeout. With ``lazy_groups``
+(``SIMHARNESS_LAZY_GROUPS=1``; not yet the default, see docs/gpu-shim.md), a subgroup whose
 backend was a GPU one (``nccl``, or the default group's when that was) is a
 :class:`~simharness.capture.lazy_group.LazyGlooGroup` (capture's; the real gloo group is made,
 eagerly connected, on first use), whose first use also checks, through the group's store,

@@ -26,6 +26,10 @@ from .rng import RNG_CALLS, _patch_rng
 from .streams import NVTX_CALLS, STREAM_CALLS, _patch_streams
 from .tensors import _enter_tensor_mode
 
+#: ``SIMHARNESS_LAZY_GROUPS=1``: subgroups asked of NCCL connect on first use, as NCCL does
+#: (not yet the default: Megatron's 40-test fixture then hangs, see docs/gpu-shim.md).
+ENV_LAZY_GROUPS = "SIMHARNESS_LAZY_GROUPS"
+
 _LOCK = threading.Lock()
 _ACTIVE: Shim | None = None
 
@@ -85,8 +89,8 @@ def install(local_rank: int, local_world_size: int, *, lazy_gloo: bool = False,
     An unknown name raises :class:`~.identity.UnknownGPU`.
 
     ``lazy_groups``: subgroups asked of NCCL are connected on first use, as NCCL does
-    (:mod:`.dist`). None: on, except with ``compute_stops`` (capture makes its subgroups
-    lazy itself).
+    (:mod:`.dist`). None: ``SIMHARNESS_LAZY_GROUPS=1`` turns it on, never with
+    ``compute_stops`` (capture makes its subgroups lazy itself).
 
     ``lazy_gloo`` (capture): ``TORCH_GLOO_LAZY_INIT=1`` unless already set, so a group's
     pairs connect on first use. Not the default: under lazy init a gloo ``recv`` from a rank
@@ -122,8 +126,9 @@ def install(local_rank: int, local_world_size: int, *, lazy_gloo: bool = False,
             _patch_rng(shim)
             _patch_streams(shim)
             _patch_accelerator(shim)
-            _patch_dist(shim, lazy_groups=not compute_stops if lazy_groups is None
-                        else lazy_groups)
+            if lazy_groups is None:
+                lazy_groups = not compute_stops and os.environ.get(ENV_LAZY_GROUPS) == "1"
+            _patch_dist(shim, lazy_groups=lazy_groups)
             _patch_profiler(shim)
             _patch_ddp(shim)
             if compute_stops:

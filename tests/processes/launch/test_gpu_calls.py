@@ -19,6 +19,7 @@ CASES = "tests/fixtures/launch/gpu_calls_cases.py"
 def simharness(*args: str, timeout: int = 300) -> subprocess.CompletedProcess:
     env = dict(os.environ)
     env.pop("SIMHARNESS_GPU", None)
+    env["SIMHARNESS_LAZY_GROUPS"] = "1"  # NCCL-style subgroups, connected on first use
     env["PYTHONPATH"] = str(ROOT) + os.pathsep + env.get("PYTHONPATH", "")
     return subprocess.run([sys.executable, "cli.py", *args], cwd=ROOT, env=env,
                           capture_output=True, text=True, timeout=timeout)
