@@ -171,6 +171,11 @@ VARIABLES: dict[str, EnvVar] = {v.name: v for v in (
            "capture: connect every gloo subgroup at creation"),
     EnvVar("SIMHARNESS_CAPTURE_DIR", "simharness", "a folder path (not empty)", _path, None,
            "where a capture rank started by hand writes its record"),
+    EnvVar("SIMHARNESS_GPU", "simharness",
+           "a GPU name of the shim's table (docs/gpu-shim.md; simharness run checks it)",
+           _path, None, "the GPU the shim's devices report (simharness run --gpu)"),
+    EnvVar("SIMHARNESS_LAZY_GROUPS", "simharness", _FLAG_FORMS, _flag, False,
+           "the shim: subgroups asked of NCCL connect on first use, as NCCL does"),
     # set by simharness for the processes it starts
     EnvVar("SIMHARNESS_PREFIX_OUTPUT", "ranks", _FLAG_FORMS, _flag, False,
            "a rank prefixes its output lines with its rank"),
@@ -201,8 +206,10 @@ TEST_SUITE = tuple(n for n, v in VARIABLES.items() if v.reader == "tests")
 
 
 def _unknown(name: str) -> EnvVarError:
-    close = difflib.get_close_matches(name, list(VARIABLES), n=1, cutoff=0.75)
-    hint = f"did you mean {close[0]}? " if close else ""
+    # compared without the shared prefix, which would make every name look close
+    tails = {v[len(PREFIX):]: v for v in VARIABLES}
+    close = difflib.get_close_matches(name[len(PREFIX):], list(tails), n=1, cutoff=0.75)
+    hint = f"did you mean {tails[close[0]]}? " if close else ""
     return EnvVarError(f"{name} is not a simharness variable; {hint}simharness reads "
                        f"{', '.join(USER)}; unset it.")
 

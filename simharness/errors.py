@@ -4,6 +4,8 @@ Every error carries the offending values in its message and says how to fix
 them; the CLI prints ``error: <message>`` and exits 2.
 """
 
+import re
+
 
 class SimharnessError(Exception):
     """Base class of every error simharness raises on bad input."""
@@ -70,11 +72,95 @@ class NeedsGPU(SimharnessError, RuntimeError):
         return (type(self), (self.call, self.where, self.why))
 
 
+#: Packages that exist only for NVIDIA GPUs (their wheels build CUDA kernels, or import
+#: them): a test or script that imports one and stops on its absence needs a GPU machine.
+#: Top-level module names; Megatron's own fused kernels (``*_cuda``) and apex's ``amp_C``
+#: are the extension modules megatron-core imports by these names.
+GPU_ONLY_PACKAGES = frozenset({
+    "transformer_engine", "transformer_engine_torch", "apex", "amp_C", "flash_attn",
+    "flash_attn_interface", "flash_attn_2_cuda", "flash_attn_3", "deep_ep", "deep_gemm",
+    "flashinfer", "mamba_ssm", "causal_conv1d", "grouped_gemm", "nv_grouped_gemm", "cupy",
+    "nvshmem", "fused_layer_norm_cuda", "fused_weight_gradient_mlp_cuda",
+    "scaled_masked_softmax_cuda", "scaled_upper_triang_masked_softmax_cuda",
+    "scaled_softmax_cuda", "fast_hadamard_transform", "emerging_optimizers"})
+
+
+#: How messages name the packages: the module names, and their project names.
+_PACKAGE_WORDS = tuple(sorted({(p, p) for p in GPU_ONLY_PACKAGES} | {
+    ("Transformer Engine", "transformer_engine"), ("TransformerEngine", "transformer_engine"),
+    ("transformer-engine", "transformer_engine"), ("flash-attn", "flash_attn"),
+    ("FlashAttention", "flash_attn"), ("DeepEP", "deep_ep"), ("mamba-ssm", "mamba_ssm")}))
+
+
+class MissingGPUPackage(NeedsGPU):
+    """An ``ImportError`` of a package in :data:`GPU_ONLY_PACKAGES`: a named stop, not a
+    failure (``simharness run`` skips the test: "needs transformer_engine, a GPU-only
+    package").
+
+    >>> str(MissingGPUPackage("apex", "t.py:3", "No module named 'apex'"))
+    "needs apex, a GPU-only package (No module named 'apex' at t.py:3)"
+    """
+
+    def __init__(self, package: str, where: str, detail: str = ""):
+        SimharnessError.__init__(self, f"needs {package}, a GPU-only package ({detail} at "
+                                       f"{where})")
+        self.package = package
+        self.call = f"import {package}"
+        self.where = where
+        self.why = detail
+
+    def __reduce__(self):
+        return (type(self), (self.package, self.where, self.why))
+
+
+def missing_gpu_package(exc: BaseException | None) -> MissingGPUPackage | None:
+    """The :class:`MissingGPUPackage` that ``exc`` stands for: ``exc`` (or the error it was
+    raised ``from``) is an ``ImportError`` of a module in :data:`GPU_ONLY_PACKAGES`, by its
+    ``name``, or by its message naming one (``ImportError("transformer_engine is needed")``).
+    An error merely raised while handling one (``__context__``) is not.
+
+    >>> try:
+    ...     import transformer_engine.pytorch
+    ... except ImportError as e:
+    ...     missing_gpu_package(e).package
+    'transformer_engine'
+    >>> missing_gpu_package(ImportError("No module named 'numpyx'")) is None
+    True
+    """
+    seen: set[int] = set()
+    while exc is not None and id(exc) not in seen:
+        seen.add(id(exc))
+        if isinstance(exc, ImportError):
+            name = (exc.name or "").split(".")[0]
+            text = str(exc)
+            named = [p for word, p in _PACKAGE_WORDS
+                     if re.search(rf"\b{re.escape(word)}\b", text)]
+            found = name if name in GPU_ONLY_PACKAGES else (named[0] if named else None)
+            if found is not None:
+                return MissingGPUPackage(found, _import_site(exc), f"{type(exc).__name__}: "
+                                                                 f"{text}")
+        exc = exc.__cause__
+    return None
+
+
+def _import_site(exc: BaseException) -> str:
+    """``file:line`` of the innermost frame of ``exc``'s traceback outside importlib."""
+    where = "<unknown>:0"
+    tb = exc.__traceback__
+    while tb is not None:
+        name = tb.tb_frame.f_code.co_filename
+        if not name.startswith("<frozen"):
+            where = f"{name}:{tb.tb_lineno}"
+        tb = tb.tb_next
+    return where
+
+
 def needs_gpu_in(exc: BaseException | None) -> NeedsGPU | None:
     """The :class:`NeedsGPU` that ``exc`` is, or that it was raised from or while handling
-    (``__cause__`` / ``__context__``, even under ``from None``), else None. torch.compile
-    wraps an error raised while tracing in its own (``TorchRuntimeError``, ``from None``):
-    the stop is still the reason the test could not run.
+    (``__cause__`` / ``__context__``, even under ``from None``), or the
+    :class:`MissingGPUPackage` it stands for (:func:`missing_gpu_package`), else None.
+    torch.compile wraps an error raised while tracing in its own (``TorchRuntimeError``,
+    ``from None``): the stop is still the reason the test could not run.
 
     >>> try:
     ...     try:
@@ -87,13 +173,14 @@ def needs_gpu_in(exc: BaseException | None) -> NeedsGPU | None:
     >>> needs_gpu_in(ValueError("x")) is None
     True
     """
+    first = exc
     seen: set[int] = set()
     while exc is not None and id(exc) not in seen:
         if isinstance(exc, NeedsGPU):
             return exc
         seen.add(id(exc))
         exc = exc.__cause__ or exc.__context__
-    return None
+    return missing_gpu_package(first)
 
 
 def needs_gpu_message(exc: BaseException | None) -> str | None:
@@ -114,5 +201,6 @@ def needs_gpu_message(exc: BaseException | None) -> str | None:
     stop = needs_gpu_in(exc)
     if stop is None:
         return None
-    under = "" if stop is exc else f" (raised under {type(exc).__name__})"
+    under = "" if stop is exc or isinstance(stop, MissingGPUPackage) else \
+        f" (raised under {type(exc).__name__})"
     return f"{stop}{under}"

@@ -100,6 +100,20 @@ def _sizes(world, nproc, nnodes) -> tuple[int, int]:
     return nproc, nnodes
 
 
+def _choose_gpu(name: str | None) -> None:
+    """Check ``--gpu`` (else ``SIMHARNESS_GPU``) against the shim's table and hand it to the
+    ranks in ``SIMHARNESS_GPU``; an unknown name is one ``error:`` line."""
+    from ..launch.gpu_shim.identity import ENV_GPU, UnknownGPU, gpu_spec
+
+    given = name if name is not None else os.environ.get(ENV_GPU)
+    try:
+        spec = gpu_spec(given)
+    except UnknownGPU as exc:
+        where = "--gpu" if name is not None else f"the environment's {ENV_GPU}"
+        fail(f"{where}: {exc}")
+    os.environ[ENV_GPU] = spec.key
+
+
 def _echo_verdict(v) -> None:
     color = {"passed": "green", "failed": "red", "hung": "red", "skipped": "yellow",
              "diverged": "red"}[v.outcome]
@@ -166,9 +180,13 @@ def register(main: click.Group) -> None:
                    "+ an allowance).")
 @click.option("--no-shim", is_flag=True, default=False,
               help="Do not install the CPU GPU shim in the ranks.")
+@click.option("--gpu", default=None, metavar="NAME",
+              help="The GPU each rank's device reports to torch.cuda (name, compute "
+                   "capability, SMs, memory): h100 (default), h100-pcie, h200, b200, a100, "
+                   "a100-40gb, l40s, v100; also SIMHARNESS_GPU. See docs/gpu-shim.md.")
 @click.argument("command", nargs=-1, type=click.UNPROCESSED)
 def run_cmd(world, nproc, nnodes, rdzv_endpoint, run_id, timeout, grace, collect_timeout, junit,
-            log_dir, results_dir, mem_per_rank, no_shim, command):
+            log_dir, results_dir, mem_per_rank, no_shim, gpu, command):
     """Start W ranks the way torchrun does (torch's elastic agent, c10d rendezvous on
     127.0.0.1), with a shim that answers the CUDA device calls per local rank and runs
     NCCL as gloo, and run a pytest file or a script on every rank.
@@ -186,10 +204,12 @@ def run_cmd(world, nproc, nnodes, rdzv_endpoint, run_id, timeout, grace, collect
       simharness run -n 8 -- pytest tests/unit_tests/test_parallel_state.py
       simharness run -n 4 --junit-xml out.xml -- python -m pytest -q tests/test_x.py
       simharness run -n 4 -- python train.py --tp 2
+      simharness run -n 8 --gpu b200 -- pytest tests/unit_tests/ssm
       simharness run -n 8 --nnodes 2 --rdzv-endpoint HOST:29500 --run-id job \\
           --results-dir /shared/run -- pytest tests/test_x.py      # on each node
     """
     nproc, nnodes = _sizes(world, nproc, nnodes)
+    _choose_gpu(gpu)
     refuse_option_as_command(command)
     kind, words = parse_command(command)
     if kind == "pytest":

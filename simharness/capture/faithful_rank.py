@@ -379,7 +379,7 @@ def install_recorder(run: RankRun) -> None:
 
 
 def _lazy_subgroups() -> Any:
-    from .lazy_group import lazy_gloo_subgroups
+    from ..launch.lazy_group import lazy_gloo_subgroups
 
     return lazy_gloo_subgroups
 

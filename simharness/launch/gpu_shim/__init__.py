@@ -16,22 +16,27 @@ profiler, NCCL's settings, ``TORCH_GLOO_LAZY_INIT``): the one table, in ``docs/g
 
 One module per torch surface:
 
-- :mod:`.cuda`: the ``torch.cuda`` device calls, the refused ones, dynamo's RNG state, the
-  profiler's CUDA activity;
+- :mod:`.identity`: the GPU each device reports (``--gpu`` / ``SIMHARNESS_GPU``, H100 by
+  default), a table with sources;
+- :mod:`.cuda`: the ``torch.cuda`` device calls (answered from :mod:`.identity`), the refused
+  ones, the profiler's CUDA activity;
+- :mod:`.rng`: the CUDA generators, one CPU generator per local device;
+- :mod:`.streams`: streams, events and NVTX ranges (synchronous on CPU: faithful);
 - :mod:`.tensors`: tensors on ``cuda`` land on CPU (with ``compute_stops``: marked, compute
   on them stops, :mod:`simharness.launch.cuda_origin`);
 - :mod:`.parallel`: DistributedDataParallel and FSDP2;
 - :mod:`.accelerator`: ``torch.accelerator``'s device calls;
-- :mod:`.dist`: process-group backends and options (NCCL -> gloo);
+- :mod:`.dist`: process-group backends and options (NCCL -> gloo), subgroups asked of NCCL
+  connected on first use (a rank-dependent ``new_group`` named there), gloo's all-gather
+  into a flat output;
 - :mod:`.nccl`: NCCL's own settings, listed as ignored;
 - :mod:`.lifecycle`: :func:`install`, :class:`Shim` (its undo), :func:`active`;
 - :mod:`.common`: what they share (:func:`user_site`, :func:`map_backend`, the
   patch-and-undo helpers).
 
-Refused with :class:`~simharness.errors.NeedsGPU`: ``torch.cuda.Stream``, ``Event``,
-``current_stream``, ``default_stream``, ``stream``, ``CUDAGraph``, ``graph``,
-``get_device_properties``, ``mem_get_info``, ``get_rng_state``, ``set_rng_state``, and every
-other call that reaches CUDA initialisation (``torch.cuda._lazy_init``); ``torch.accelerator``'s
+Refused with :class:`~simharness.errors.NeedsGPU`: ``torch.cuda.CUDAGraph``, ``graph``,
+``Event.ipc_handle``, and every other call that reaches CUDA initialisation
+(``torch.cuda._lazy_init``); ``torch.accelerator``'s
 device calls (``current_device_index``, ``set_device_index``, ``device_index``,
 ``current_stream``, ``set_stream``, ``synchronize``, ``get_device_capability``,
 ``get_memory_info``: :data:`ACCELERATOR_DEVICE_CALLS`), where torch would raise "Cannot access
@@ -49,7 +54,8 @@ The ``file:line`` of a stop is the innermost frame outside torch and the shim; t
 code (``torch/testing``, e.g. ``distributed_test.py``) counts as the caller's.
 
 Known differences: a mapped tensor reports ``device.type == "cpu"`` (``device.index`` None)
-and ``is_cuda`` False; other threads than the installing one do not map tensors;
+and ``is_cuda`` False; random numbers are the CPU generator's, not CUDA's Philox; other
+threads than the installing one do not map tensors;
 ``torch.accelerator.is_available()`` is still False and ``current_accelerator()`` None (code
 that asks first keeps its CPU path); ``torch.cuda.memory_allocated()`` is 0 (torch's own
 answer before CUDA starts); ``split_group`` of a non-world parent twice over the same ranks
@@ -85,15 +91,24 @@ from .common import (  # noqa: F401
     user_site,
 )
 from .cuda import (  # noqa: F401
-    _dynamo_rng,
     _patch_cuda,
     _patch_profiler,
     _refuser,
 )
 from .dist import (  # noqa: F401
+    GroupMismatch,
     _bind,
     _nccl_stand_in,
     _patch_dist,
+)
+from .identity import (  # noqa: F401
+    DEFAULT_GPU,
+    ENV_GPU,
+    GPUS,
+    DeviceProperties,
+    GpuSpec,
+    UnknownGPU,
+    gpu_spec,
 )
 from .lifecycle import (  # noqa: F401
     _LOCK,
@@ -116,6 +131,8 @@ from .parallel import (  # noqa: F401
     _RefusedStream,
     _when_imported,
 )
+from .rng import DEFAULT_SEED, RNG_CALLS  # noqa: F401
+from .streams import NVTX_CALLS, STREAM_CALLS  # noqa: F401
 from .tensors import (  # noqa: F401
     _CudaTensors,
     _enter_tensor_mode,

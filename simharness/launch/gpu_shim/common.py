@@ -20,11 +20,10 @@ GPU_BACKENDS = frozenset({"nccl", "ucc", "xccl", "hccl"})
 
 #: torch.cuda names answered on CPU (the answers: docs/gpu-shim.md).
 MAPPED_CUDA = ("is_available", "device_count", "set_device", "current_device", "device",
-               "synchronize", "empty_cache", "get_device_name")
-#: torch.cuda names refused with NeedsGPU.
-REFUSED_CUDA = ("Stream", "Event", "current_stream", "default_stream", "stream", "CUDAGraph",
-                "graph", "get_device_properties", "mem_get_info", "get_rng_state",
-                "set_rng_state")
+               "synchronize", "empty_cache", "get_device_name", "get_device_properties",
+               "get_device_capability", "mem_get_info")
+#: torch.cuda names refused with NeedsGPU (CUDA graphs capture GPU kernels).
+REFUSED_CUDA = ("CUDAGraph", "graph")
 #: torch._C functions behind torch.accelerator's device calls, refused with NeedsGPU.
 ACCELERATOR_DEVICE_CALLS = tuple(f"_accelerator_{n}" for n in (
     "getDeviceIndex", "setDeviceIndex", "exchangeDevice", "maybeExchangeDevice", "getStream",

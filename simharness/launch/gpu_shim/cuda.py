@@ -1,11 +1,10 @@
-"""The ``torch.cuda`` device calls answered per local rank (one GPU each), the refused ones,
-dynamo's RNG save and restore, and the profiler's CUDA activity dropped."""
+"""The ``torch.cuda`` device calls answered per local rank (one GPU each, the named model of
+:mod:`.identity`), the refused ones, and the profiler's CUDA activity dropped. The RNG
+calls are :mod:`.rng`'s, streams, events and NVTX :mod:`.streams`'."""
 
 from __future__ import annotations
 
 import contextlib
-import sys
-from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from ...errors import NeedsGPU
@@ -22,6 +21,7 @@ from .common import (
     _torch_call,
     user_site,
 )
+from .identity import DeviceProperties
 
 
 def _refuser(name: str) -> Any:
@@ -64,6 +64,14 @@ def _patch_cuda(shim: Shim) -> None:
     def lazy_init() -> None:
         raise NeedsGPU(_torch_call(), user_site())
 
+    props = DeviceProperties(shim.gpu)
+
+    def get_device_properties(device: Any = None) -> DeviceProperties:
+        index = _device_index("cuda" if device is None else device, shim.current_device)
+        if index is None or not 0 <= index < shim.local_world_size:
+            raise AssertionError("Invalid device id")  # torch.cuda.get_device_properties'
+        return props
+
     answers: dict[str, Any] = {
         "is_available": lambda: True,
         "device_count": lambda: shim.local_world_size,
@@ -72,43 +80,21 @@ def _patch_cuda(shim: Shim) -> None:
         "device": device,
         "synchronize": lambda device=None: None,
         "empty_cache": lambda: None,
-        "get_device_name": lambda device=None: "cpu (simharness shim)",
+        "get_device_properties": get_device_properties,
+        "get_device_name": lambda device=None: get_device_properties(device).name,
+        "get_device_capability": lambda device=None: (get_device_properties(device).major,
+                                                      get_device_properties(device).minor),
+        # nothing is allocated on the device (torch.cuda.memory_allocated() is 0)
+        "mem_get_info": lambda device=None: (get_device_properties(device).total_memory,
+                                             props.total_memory),
     }
     answers.update({name: _refuser(name) for name in REFUSED_CUDA})
-    answers.update(_dynamo_rng(answers["get_rng_state"], answers["set_rng_state"]))
     for name, value in answers.items():
         original = getattr(cuda, name, None)
         _set(shim, cuda, name, value)
-        if original is not None and name in ("empty_cache", "synchronize", "device_count",
-                                              "current_device", "set_device", "is_available"):
+        if original is not None and name not in ("device", *REFUSED_CUDA):
             _replace_everywhere(shim, "torch.cuda", original, value)
     _replace_everywhere(shim, "torch.cuda", cuda._lazy_init, lazy_init)
-
-
-def _dynamo_rng(refuse_get: Callable[..., Any], refuse_set: Callable[..., Any]) -> dict:
-    """``torch.cuda.get_rng_state`` / ``set_rng_state`` refused, except to torch._dynamo.
-
-    Dynamo saves and restores the CUDA RNG state around every compile when
-    ``torch.cuda.is_available()`` (``torch/_dynamo/convert_frame.py:355``, ``utils.py:2665``),
-    so that tracing leaves it as it was. On CPU ranks there is no CUDA generator for tracing to
-    touch: to dynamo the shim answers an empty state and takes it back as a no-op (what
-    dynamo does when CUDA is absent). Any other caller is refused, as before."""
-    import torch
-
-    def from_dynamo() -> bool:
-        return str(sys._getframe(2).f_globals.get("__name__", "")).startswith("torch._dynamo.")
-
-    def get_rng_state(*args: Any, **kwargs: Any) -> Any:
-        if from_dynamo():
-            return torch.empty(0, dtype=torch.uint8)
-        return refuse_get(*args, **kwargs)
-
-    def set_rng_state(*args: Any, **kwargs: Any) -> Any:
-        if from_dynamo():
-            return None
-        return refuse_set(*args, **kwargs)
-
-    return {"get_rng_state": get_rng_state, "set_rng_state": set_rng_state}
 
 
 def _patch_profiler(shim: Shim) -> None:

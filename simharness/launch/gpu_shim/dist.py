@@ -1,11 +1,30 @@
 """``torch.distributed``: ``init_process_group``, ``new_group`` and ``split_group`` with GPU
 backends on gloo, GPU-only options dropped (and listed), a ``ProcessGroupNCCL.Options``
-stand-in on CPU builds."""
+stand-in on CPU builds, and subgroups asked of NCCL connected on first use, as NCCL does.
+
+NCCL creates a communicator when a collective first runs on the group
+(``ProcessGroupNCCL::getNCCLComm``), so a ``new_group`` whose ``ranks`` differ between the
+ranks (each rank passing a list that depends on its rank) goes unnoticed until the group is
+used. gloo connects every pair of a group when it is created, so the same call makes the
+ranks wait on each other until gloo's timeout. With ``lazy_groups``
+(``SIMHARNESS_LAZY_GROUPS=1``; not yet the default, see docs/gpu-shim.md), a subgroup whose
+backend was a GPU one (``nccl``, or the default group's when that was) is a
+:class:`~simharness.capture.lazy_group.LazyGlooGroup` (capture's; the real gloo group is made,
+eagerly connected, on first use), whose first use also checks, through the group's store,
+that its members created it with the same ranks, and raises :class:`GroupMismatch` naming
+both lists and the creating lines when they did not: where NCCL would hang or mix up data.
+Groups asked of gloo (Megatron's gloo twins, ``monitored_barrier``'s) connect at creation,
+as gloo does (``TORCH_GLOO_LAZY_INIT`` stays unset: see docs/design-notes.md, "gloo connects
+eagerly in run and launch")."""
 
 from __future__ import annotations
 
+import contextlib
 import inspect
-from collections.abc import Callable
+import json
+import time
+from collections.abc import Callable, Iterator
+from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
@@ -25,13 +44,109 @@ def _bind(func: Callable[..., Any], args: tuple, kwargs: dict) -> dict[str, Any]
     return dict(inspect.signature(func).bind(*args, **kwargs).arguments)
 
 
-def _patch_dist(shim: Shim) -> None:
+class GroupMismatch(RuntimeError):
+    """The members of a group created it with different ``ranks`` (a rank-dependent
+    ``new_group``), found when the group is first used."""
+
+
+def _nccl_like_group() -> type:
+    """:class:`LazyGlooGroup` whose first use checks that its members agree on its ranks."""
+    from ..lazy_group import LazyGlooGroup  # the one lazy gloo group (capture uses it too)
+
+    class NcclLikeGroup(LazyGlooGroup):
+        site = "<unknown>:0"
+
+        def real_backend(self) -> Any:
+            if self._lazy_real is None:
+                _check_members(self)
+            return super().real_backend()
+
+        def monitored_barrier(self, timeout: Any = None, wait_all_ranks: bool = False) -> Any:
+            """As gloo's, also on first use: the group's rank 0 names the members that do not
+            reach the group within ``timeout`` (torch's "Rank 1 failed to pass
+            monitoredBarrier in 1000 ms") instead of waiting for them to connect."""
+            if self._lazy_real is None and isinstance(timeout, timedelta):
+                _check_members(self, within=timeout, all_absent=wait_all_ranks)
+            return self.real_backend().monitored_barrier(timeout, wait_all_ranks=wait_all_ranks)
+
+    return NcclLikeGroup
+
+
+def _check_members(group: Any, within: timedelta | None = None,
+                   all_absent: bool = False) -> None:
+    """Each member writes its ranks and creating line under the group's store prefix and
+    reads the other members'; a difference raises :class:`GroupMismatch`. A member that
+    never writes (it never uses the group) is waited for as long as the group's timeout,
+    then the real group is made, as gloo would. ``within`` (a ``monitored_barrier`` on the
+    group's rank 0): the members absent after that long are named in a ``RuntimeError``."""
+    import torch.distributed as dist
+
+    store, group_rank, _size, timeout = group._lazy_args
+    ranks = [int(r) for r in getattr(group.options, "global_ranks_in_group", []) or []]
+    me = dist.get_rank()
+    if me not in ranks:
+        return
+    store.set(f"simharness-members/{me}", json.dumps({"ranks": ranks, "site": group.site}))
+    monitor = within is not None and group_rank == 0
+    wait = within if monitor and within is not None else (
+        timeout if isinstance(timeout, timedelta) else timedelta(minutes=30))
+    deadline = time.monotonic() + wait.total_seconds()
+    absent = []
+    for other in ranks:
+        if other == me:
+            continue
+        key = f"simharness-members/{other}"
+        try:
+            store.wait([key], timedelta(seconds=max(deadline - time.monotonic(), 0.001)))
+        except Exception:  # noqa: BLE001  (torch's store timeout)
+            if not monitor:
+                return  # the real group decides, as gloo would
+            absent.append(ranks.index(other))
+            if not all_absent:
+                break
+            continue
+        theirs = json.loads(store.get(key))
+        if theirs["ranks"] != ranks:
+            raise GroupMismatch(
+                f"new_group {group._lazy_name!r} was created with different ranks: rank {me} "
+                f"passed {ranks} at {group.site}, rank {other} passed {theirs['ranks']} at "
+                f"{theirs['site']}. Every rank must pass the same ranks to the same new_group "
+                f"call (NCCL connects a group on first use, so on GPUs this hangs or mixes up "
+                f"data here, at the first collective); compute the ranks the same way on "
+                f"every rank, or give use_local_synchronization=True when only the members "
+                f"create the group")
+    if absent:
+        ms = int(wait.total_seconds() * 1000)
+        who = (f"Rank {absent[0]}" if len(absent) == 1
+               else "Ranks " + ", ".join(str(a) for a in absent))
+        raise RuntimeError(f"{who} failed to pass monitoredBarrier in {ms} ms (simharness "
+                           f"shim: {'it has' if len(absent) == 1 else 'they have'} not used "
+                           f"this NCCL-style group, which connects on first use)")
+
+
+@contextlib.contextmanager
+def _lazy_gloo(cls: type) -> Iterator[None]:
+    """While inside, the gloo groups torch builds are ``cls`` (as capture's
+    ``lazy_gloo_subgroups``)."""
+    from torch.distributed import distributed_c10d as c10d
+
+    saved = c10d.ProcessGroupGloo
+    c10d.ProcessGroupGloo = cls  # type: ignore[misc,assignment]
+    try:
+        yield
+    finally:
+        c10d.ProcessGroupGloo = saved  # type: ignore[misc]
+
+
+def _patch_dist(shim: Shim, lazy_groups: bool = False) -> None:
     import torch.distributed as dist
     import torch.distributed.device_mesh  # noqa: F401  (binds the names we replace)
     from torch.distributed import distributed_c10d as c10d
 
     orig_init, orig_new, orig_split = (c10d.init_process_group, c10d.new_group,
                                        c10d.split_group)
+    nccl_like = _nccl_like_group() if lazy_groups else None
+    default_gpu = [True]  # the default group's backend was a GPU one (or torch's choice)
 
     def drop(call: str, bound: dict[str, Any]) -> None:
         mapped = map_backend(bound.get("backend"))
@@ -46,13 +161,42 @@ def _patch_dist(shim: Shim) -> None:
 
     def init_process_group(*args: Any, **kwargs: Any) -> Any:
         bound = _bind(orig_init, args, kwargs)
+        asked = bound.get("backend")
+        default_gpu[0] = asked is None or map_backend(asked) != asked
         drop("init_process_group", bound)
         return orig_init(**bound)
 
     def new_group(*args: Any, **kwargs: Any) -> Any:
         bound = _bind(orig_new, args, kwargs)
+        asked = bound.get("backend")
+        gpu = default_gpu[0] if asked is None else map_backend(asked) != asked
         drop("new_group", bound)
-        return orig_new(**bound)
+        if nccl_like is None or not gpu:
+            return orig_new(**bound)
+        with _lazy_gloo(nccl_like):
+            pg = orig_new(**bound)
+        if isinstance(pg, nccl_like):
+            pg.site = user_site()  # type: ignore[attr-defined]  # NcclLikeGroup's
+        return pg
+
+    split_group = _split_group(orig_split, orig_new, drop)
+
+    for original, value in ((orig_init, init_process_group), (orig_new, new_group),
+                            (orig_split, split_group)):
+        _replace_everywhere(shim, "torch.distributed", original, value)
+    orig_gather = getattr(c10d, "all_gather_single", None)
+    if orig_gather is not None:
+        _replace_everywhere(shim, "torch.distributed", orig_gather, _flat_gather(orig_gather))
+    if not hasattr(dist, "ProcessGroupNCCL"):
+        _set(shim, dist, "ProcessGroupNCCL", _nccl_stand_in())
+
+
+def _split_group(orig_split: Callable[..., Any], orig_new: Callable[..., Any],
+                 drop: Callable[[str, dict[str, Any]], None]) -> Callable[..., Any]:
+    """``split_group`` emulated with ``new_group``, one per split (all ranks take part when
+    the parent is the world; ``use_local_synchronization`` otherwise)."""
+    import torch.distributed as dist
+    from torch.distributed import distributed_c10d as c10d
 
     def split_group(*args: Any, **kwargs: Any) -> Any:
         bound = _bind(orig_split, args, kwargs)
@@ -78,11 +222,32 @@ def _patch_dist(shim: Shim) -> None:
                                 use_local_synchronization=True)
         return mine
 
-    for original, value in ((orig_init, init_process_group), (orig_new, new_group),
-                            (orig_split, split_group)):
-        _replace_everywhere(shim, "torch.distributed", original, value)
-    if not hasattr(dist, "ProcessGroupNCCL"):
-        _set(shim, dist, "ProcessGroupNCCL", _nccl_stand_in())
+    return split_group
+
+
+def _flat_gather(original: Callable[..., Any]) -> Callable[..., Any]:
+    """``all_gather_single`` (and so ``all_gather_into_tensor``, ``_all_gather_base``) into
+    an output of any shape with ``world_size`` times the input's elements, as NCCL takes it
+    (``ProcessGroupNCCL::_allgather_base`` checks only the element count); gloo wants the
+    inputs' concatenation shape (``(world_size * n0, *rest)``), so a contiguous output of
+    another shape is gathered through a view of that shape: the same bytes land."""
+    import torch.distributed as dist
+
+    def all_gather_single(output_tensor: Any, input_tensor: Any, group: Any = None,
+                          async_op: bool = False) -> Any:
+        out = output_tensor
+        try:
+            size = dist.get_world_size(group)
+        except (RuntimeError, ValueError):
+            size = -1
+        if size > 0 and out.is_contiguous() and out.numel() == size * input_tensor.numel():
+            shape = ((size * input_tensor.shape[0], *input_tensor.shape[1:])
+                     if input_tensor.dim() else (size,))
+            if tuple(out.shape) != shape and dist.get_backend(group) == "gloo":
+                out = out.view(shape)
+        return original(out, input_tensor, group, async_op)
+
+    return all_gather_single
 
 
 def _nccl_stand_in() -> type:

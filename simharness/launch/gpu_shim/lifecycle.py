@@ -9,6 +9,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from ... import envvars
 from .accelerator import _patch_accelerator
 from .common import (
     MAPPED_CUDA,
@@ -19,9 +20,16 @@ from .common import (
 )
 from .cuda import _patch_cuda, _patch_profiler
 from .dist import _patch_dist
+from .identity import DEFAULT_GPU, ENV_GPU, GPUS, GpuSpec, gpu_spec
 from .nccl import _home_dir, nccl_settings
 from .parallel import _patch_ddp, _patch_fsdp
+from .rng import RNG_CALLS, _patch_rng
+from .streams import NVTX_CALLS, STREAM_CALLS, _patch_streams
 from .tensors import _enter_tensor_mode
+
+#: ``SIMHARNESS_LAZY_GROUPS=1``: subgroups asked of NCCL connect on first use, as NCCL does
+#: (not yet the default: Megatron's 40-test fixture then hangs, see docs/gpu-shim.md).
+ENV_LAZY_GROUPS = "SIMHARNESS_LAZY_GROUPS"
 
 _LOCK = threading.Lock()
 _ACTIVE: Shim | None = None
@@ -37,6 +45,9 @@ class Shim:
     ignored: list[Ignored] = field(default_factory=list)
     current_device: int = 0
     origins: Any = None  # cuda_origin.Origins when compute stops (capture), else None
+    gpu: GpuSpec = GPUS[DEFAULT_GPU]  # what each local device reports (.identity)
+    generators: Any = None  # one CPU generator per local device (.rng)
+    streams: dict[int, Any] = field(default_factory=dict)  # current stream per device
     _undo: list[Callable[[], None]] = field(default_factory=list, repr=False)
 
     def ignored_summary(self, limit: int = 12) -> list[str]:
@@ -70,8 +81,17 @@ def active() -> Shim | None:
 
 
 def install(local_rank: int, local_world_size: int, *, lazy_gloo: bool = False,
-            compute_stops: bool = False) -> Shim:
+            compute_stops: bool = False, gpu: str | None = None,
+            lazy_groups: bool | None = None) -> Shim:
     """Patch torch in this process as one GPU per local rank; returns the :class:`Shim`.
+
+    ``gpu``: the GPU model each device reports (a name in
+    :data:`~.identity.GPUS`); None reads ``SIMHARNESS_GPU``, then the default, the H100.
+    An unknown name raises :class:`~.identity.UnknownGPU`.
+
+    ``lazy_groups``: subgroups asked of NCCL are connected on first use, as NCCL does
+    (:mod:`.dist`). None: ``SIMHARNESS_LAZY_GROUPS=1`` turns it on, never with
+    ``compute_stops`` (capture makes its subgroups lazy itself).
 
     ``lazy_gloo`` (capture): ``TORCH_GLOO_LAZY_INIT=1`` unless already set, so a group's
     pairs connect on first use. Not the default: under lazy init a gloo ``recv`` from a rank
@@ -88,21 +108,28 @@ def install(local_rank: int, local_world_size: int, *, lazy_gloo: bool = False,
             and isinstance(local_rank, int) and 0 <= local_rank < local_world_size):
         raise ShimError(f"local_rank {local_rank!r} must be in 0..local_world_size-1 and "
                         f"local_world_size {local_world_size!r} >= 1")
+    spec = gpu_spec(os.environ.get(ENV_GPU) if gpu is None else gpu)
     with _LOCK:
         if _ACTIVE is not None:
             raise ShimError(f"the GPU shim is already installed in this process (local rank "
                             f"{_ACTIVE.local_rank}); call uninstall() on it first")
         shim = Shim(local_rank, local_world_size,
-                    mapped=tuple(f"torch.cuda.{n}" for n in MAPPED_CUDA)
+                    mapped=tuple(f"torch.cuda.{n}" for n in MAPPED_CUDA + RNG_CALLS
+                                 + STREAM_CALLS)
+                    + tuple(f"torch.cuda.nvtx.{n}" for n in NVTX_CALLS)
                     + tuple(f"torch.distributed.{n}" for n in MAPPED_DIST)
-                    + ("tensor devices cuda -> cpu",))
+                    + ("tensor devices cuda -> cpu",), gpu=spec)
         try:
             if lazy_gloo and "TORCH_GLOO_LAZY_INIT" not in os.environ:
                 os.environ["TORCH_GLOO_LAZY_INIT"] = "1"
                 shim._undo.append(lambda: _unset_env("TORCH_GLOO_LAZY_INIT"))
             _patch_cuda(shim)
+            _patch_rng(shim)
+            _patch_streams(shim)
             _patch_accelerator(shim)
-            _patch_dist(shim)
+            if lazy_groups is None:
+                lazy_groups = not compute_stops and bool(envvars.read(ENV_LAZY_GROUPS))
+            _patch_dist(shim, lazy_groups=lazy_groups)
             _patch_profiler(shim)
             _patch_ddp(shim)
             if compute_stops:

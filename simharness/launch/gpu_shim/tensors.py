@@ -16,12 +16,14 @@ from .common import (
     _device_index,
     user_site,
 )
+from .rng import draws_on_cuda, on_generator, random_ops
 
 
 def _enter_tensor_mode(shim: Shim, compute_stops: bool = False) -> None:
     from torch.overrides import TorchFunctionMode
 
-    tensors = _CudaTensors(cuda_origin.Origins() if compute_stops else None)
+    tensors = _CudaTensors(cuda_origin.Origins() if compute_stops else None,
+                           getattr(shim, "generators", None), lambda: shim.current_device)
     shim.origins = tensors.origins
 
     class CudaToCpu(TorchFunctionMode):
@@ -38,24 +40,50 @@ def _enter_tensor_mode(shim: Shim, compute_stops: bool = False) -> None:
 
 class _CudaTensors:
     """What the tensor mode does with one torch call: CUDA devices become ``cpu``; with
-    ``origins`` (capture), the results are marked and compute on marked tensors stops."""
+    ``origins`` (capture), the results are marked and compute on marked tensors stops.
 
-    def __init__(self, origins: cuda_origin.Origins | None):
+    With ``generators`` (one per local device, :mod:`.rng`), a random draw meant for a CUDA
+    device draws from the current device's generator; to know which in-place draws are,
+    the storages of tensors made on CUDA are remembered (``born``; in capture, ``origins``)."""
+
+    def __init__(self, origins: cuda_origin.Origins | None, generators: Any = None,
+                 current: Any = None):
         import torch
 
         self.origins = origins
+        self.generators = generators
+        self.current = current or (lambda: 0)
+        self.born = origins if origins is not None else cuda_origin.Origins()
+        self.random = random_ops()
+        self.is_compiling = torch.compiler.is_compiling
         self.to, self.cuda, self.cpu = torch.Tensor.to, torch.Tensor.cuda, torch.Tensor.cpu
         self.pin = torch.Tensor.pin_memory
         self.parse_to = torch._C._nn._parse_to  # Module.to(device) asks it through the mode
 
     def call(self, func: Any, args: tuple, kwargs: dict[str, Any]) -> Any:
         if func is self.pin or (func is self.cuda and self.origins is None):
+            if func is self.cuda and not self.is_compiling():
+                self.born.mark(args[0])
             return args[0]
         if kwargs.get("pin_memory"):
             kwargs["pin_memory"] = False
+        device = _device_index(kwargs.get("device"), self.current())
         args, asked = self.map_devices(func, args, kwargs)
+        compiling = self.is_compiling()  # dynamo traces this mode: keep to what it was
+        if self.generators is not None and not compiling and draws_on_cuda(
+                func, self.random, asked, args, kwargs, self.born):
+            index = self.current() if device is None else device
+            with on_generator(self.generators[index % len(self.generators)]):
+                return self.compute(func, args, kwargs, asked)
+        return self.compute(func, args, kwargs, asked)
+
+    def compute(self, func: Any, args: tuple, kwargs: dict[str, Any], asked: bool) -> Any:
+        """``asked``: in run, the result is marked as made on CUDA (for :mod:`.rng`)."""
         if self.origins is None:
-            return func(*args, **kwargs)
+            out = func(*args, **kwargs)
+            if asked and not self.is_compiling():
+                self.born.mark(out)
+            return out
         return self.tracked(func, args, kwargs, asked)
 
     def map_devices(self, func: Any, args: tuple, kwargs: dict[str, Any]) -> tuple[tuple, bool]:

@@ -125,7 +125,7 @@ def test_stuck_rank_is_named_with_its_stack_within_the_grace(tmp_path):
 
 def test_compute_on_a_cuda_tensor_or_a_gpu_call_stops_the_rank_naming_its_line(tmp_path):
     # Both ranks put a tensor on "cuda" and all_reduce it (data movement); then rank 0
-    # multiplies it (compute) and rank 1 asks for a CUDA stream.
+    # multiplies it (compute) and rank 1 asks for a CUDA graph.
     res, out = _broken(tmp_path, "cuda")
     assert res.returncode == 3, res.stderr
     (line,) = error_lines(res.stderr)
@@ -138,8 +138,8 @@ def test_compute_on_a_cuda_tensor_or_a_gpu_call_stops_the_rank_naming_its_line(t
     for r in (0, 1):  # what each rank recorded before it stopped is kept
         assert saved.records[r].status == "failed" and saved.calls(r)
         assert saved.records[r].error["kind"] == "gpu-only"
-    stream = f"broken_job.py:{line_of('broken_job.py', 'Stream()')}"
-    assert "needs a real GPU: torch.cuda.Stream at " in saved.records[1].error["message"]
+    stream = f"broken_job.py:{line_of('broken_job.py', 'CUDAGraph()')}"
+    assert "needs a real GPU: torch.cuda.CUDAGraph at " in saved.records[1].error["message"]
     assert stream in saved.records[1].error["message"]
 
 

@@ -105,13 +105,13 @@ def test_rank_bootstrap_error_lines_and_argv(tmp_path):
     # a shim stop that the script's own code (here as torch.compile does) re-raised as
     # another error is still the rank's needs-GPU exit, with one line, not a traceback
     wrapped = tmp_path / "wrapped.py"
-    wrapped.write_text("import torch\ntry:\n    torch.cuda.Stream()\nexcept RuntimeError:\n"
+    wrapped.write_text("import torch\ntry:\n    torch.cuda.CUDAGraph()\nexcept RuntimeError:\n"
                        "    raise RuntimeError('while tracing') from None\n")
     stopped = subprocess.run([sys.executable, "-m", "simharness.launch.rank", "--shim", "--",
                               str(wrapped)], cwd=ROOT, env=env, capture_output=True,
                              text=True, timeout=120)
     assert stopped.returncode == NEEDS_GPU_EXIT, stopped.stderr
-    assert re.search(r"^error: needs a real GPU: torch.cuda.Stream at \S*wrapped.py:3 .*"
+    assert re.search(r"^error: needs a real GPU: torch.cuda.CUDAGraph at \S*wrapped.py:3 .*"
                      r"\(raised under RuntimeError\)$", stopped.stderr, re.M), stopped.stderr
     assert "Traceback" not in stopped.stderr
 
@@ -140,8 +140,8 @@ devs = [torch.ones(2, device="cuda:1"), torch.zeros(1).cuda(), torch.arange(2).t
         torch.ones(1).new_zeros(2, device="cuda"), torch.ones(1).pin_memory()]
 devs.append(next(torch.nn.Linear(2, 2).to(1).parameters()))
 out.append(sorted({str(t.device) for t in devs}))
-for call in (lambda: torch.cuda.Stream(), lambda: torch.cuda.current_stream(),
-             lambda: torch.cuda.get_rng_state()):
+for call in (lambda: torch.cuda.CUDAGraph(), lambda: torch.cuda.graph(None),
+             lambda: torch.cuda.Event(interprocess=True).ipc_handle()):
     try:
         call()
         out.append("not refused")
@@ -183,8 +183,8 @@ def test_shim_in_process_maps_refuses_and_uninstalls():
     assert out.returncode == 0, out.stderr
     got = json.loads(out.stdout)
     assert got == [True, 3, 0, 2, 0, 2, "ordinal", ["cpu"],
-                   ["torch.cuda.Stream", "<string>"], ["torch.cuda.current_stream", "<string>"],
-                   ["torch.cuda.get_rng_state", "<string>"],
+                   ["torch.cuda.CUDAGraph", "<string>"], ["torch.cuda.graph", "<string>"],
+                   ["torch.cuda.Event.ipc_handle", "<string>"],
                    ["cpu", ["device_ids=[1]", "output_device=1"]],
                    [None, "ProfilerState.KINETO", True, ["CUDA activity (CPU events only)"]],
                    "twice", False, 0, True, True, "restored"]
@@ -300,7 +300,7 @@ out.append([[d["device_ids"], d["output_device"]] for d in logged])
 step(lambda: torch.accelerator.current_stream())  # STOP torch.accelerator.current_stream
 step(lambda: torch.accelerator.synchronize())  # STOP torch.accelerator.synchronize
 out.append([torch.accelerator.is_available(), torch.accelerator.current_accelerator()])
-step(lambda: torch.cuda.get_rng_state())  # STOP torch.cuda.get_rng_state
+step(lambda: torch.cuda.CUDAGraph())  # STOP torch.cuda.CUDAGraph
 lin = nn.Linear(3, 3).cuda()
 x = torch.randn(2, 3, device="cuda")
 out.append(torch.equal(torch.compile(lin)(x), lin(x)))
@@ -391,10 +391,10 @@ def test_map_backend_keeps_other_backends():
 
 def test_gpu_style_script_runs_unedited_on_four_cpu_ranks(monkeypatch):
     """set_device, nccl + device_id, pg_options, split_group, new_subgroups, a cuda
-    DeviceMesh, CUDA tensors and object collectives; then a Stream stops every rank with
+    DeviceMesh, CUDA tensors and object collectives; then a CUDA graph stops every rank with
     NeedsGPU (exit 77). The environment is torchrun's, and each rank its own hash seed."""
     monkeypatch.setenv("NCCL_ALGO", "Ring")  # an NCCL setting: gloo ignores it, and says so
-    res, text = launch_in_child([str(SCRIPTS / "gpu_style.py"), "--stream"], 4)
+    res, text = launch_in_child([str(SCRIPTS / "gpu_style.py"), "--graph"], 4)
     # the agent stops the others once it sees the first rank's 77 (they may be exiting too);
     # the script waits in a barrier after its prints, so every rank has printed its lines
     codes = dict(res["ranks"])
@@ -418,7 +418,7 @@ def test_gpu_style_script_runs_unedited_on_four_cpu_ranks(monkeypatch):
         assert (parsed.rank, parsed.local_rank, parsed.world_size, parsed.master_addr) == \
             (int(r), int(r), 4, "127.0.0.1")
     # a rank the launcher stopped after the first 77 may not have printed its stop
-    stops = set(re.findall(r"\[rank(\d)\]:error: needs a real GPU: torch.cuda.Stream at "
+    stops = set(re.findall(r"\[rank(\d)\]:error: needs a real GPU: torch.cuda.CUDAGraph at "
                            r".*gpu_style.py:\d+", text))
     assert {str(r) for r, c in codes.items() if c == NEEDS_GPU_EXIT} <= stops, text
     ignored = re.findall(r"\[rank0\]:simharness shim: ignored \(GPU-only, not run on CPU\): (.*)",
@@ -475,17 +475,21 @@ def test_sigterm_stops_every_rank_and_leaves_no_temp_files(tmp_path):
     assert list(tmp_path.iterdir()) == []
 
 
-@pytest.mark.parametrize("lazy", [False, True], ids=["default", "TORCH_GLOO_LAZY_INIT=1"])
-def test_monitored_barrier_names_an_absent_rank_at_once(lazy, monkeypatch):
-    """Under the shim gloo connects each group eagerly (its default), so rank 0's
-    monitored_barrier names the rank that never calls it within the timeout on every new
-    group. Under lazy init (what the shim used to set) rank 0 waits on the pair's connection
-    whenever it is the listening side, a coin toss per group (the ports decide), so over 16
-    groups the lazy case gets stuck but once in 65536 runs: the check can fail."""
+@pytest.mark.parametrize("backend, lazy", [("nccl", False), ("gloo", False), ("gloo", True)],
+                         ids=["nccl", "gloo", "gloo-TORCH_GLOO_LAZY_INIT=1"])
+def test_monitored_barrier_names_an_absent_rank_at_once(backend, lazy, monkeypatch):
+    """Under the shim a group asked of gloo connects eagerly (gloo's default), and one asked
+    of NCCL connects on first use, where rank 0's monitored_barrier first waits for the
+    members (for its own timeout); either way rank 0 names the rank that never calls it
+    within the timeout on every new group. Under gloo's lazy init rank 0 waits on the pair's
+    connection whenever it is the listening side, a coin toss per group (the ports decide),
+    so over 16 groups the lazy case gets stuck but once in 65536 runs: the check can fail."""
     if lazy:
         monkeypatch.setenv("TORCH_GLOO_LAZY_INIT", "1")
+    monkeypatch.setenv("SIMHARNESS_LAZY_GROUPS", "1")  # the nccl groups connect on first use
     groups = 16 if lazy else 8
-    res, text = launch_in_child([str(SCRIPTS / "absent_rank.py"), "--groups", str(groups)], 2)
+    res, text = launch_in_child([str(SCRIPTS / "absent_rank.py"), "--groups", str(groups),
+                                 "--backend", backend], 2)
     named = re.findall(r"\[rank0\]:NAMED (\d) ([\d.]+)", text)
     if lazy:
         assert "[rank0]:STUCK" in text and dict(res["ranks"])[0] == 4, text

@@ -200,13 +200,13 @@ def test_verdicts_across_two_ranks_with_a_hang_then_the_rest_of_the_file(tmp_pat
     got = {name: label for label, name in re.findall(
         r"^(PASSED|FAILED|SKIPPED|HUNG)\s+[\d.]+s\s+\S+::(\w+)", text, re.M)}
     assert got == {"test_all_reduce_on_cuda": "PASSED", "test_new_group_pairs": "PASSED",
-                   "test_fails_on_rank_1_only": "FAILED", "test_needs_a_stream": "SKIPPED",
+                   "test_fails_on_rank_1_only": "FAILED", "test_needs_a_cuda_graph": "SKIPPED",
                    "test_skipped": "SKIPPED", "test_hangs_on_rank_0": "HUNG",
                    "test_after_the_hang": "PASSED"}, text
     assert "test_fails_on_rank_1_only  (first failing rank 1; failing ranks 1)" in text
     assert "AssertionError: rank 1 disagrees" in text
-    assert re.search(r"test_needs_a_stream  needs GPU: needs a real GPU: torch.cuda.Stream at "
-                     r"\S*dist_cases.py:\d+", text)
+    assert re.search(r"test_needs_a_cuda_graph  needs GPU: needs a real GPU: "
+                     r"torch.cuda.CUDAGraph at \S*dist_cases.py:\d+", text)
     assert "stuck on ranks 0; ranks 1 had finished it" in text
     assert re.search(r"dist_cases.py\", line \d+, in test_hangs_on_rank_0", text)
     assert "3 passed, 1 failed, 2 skipped (1 need a GPU), 1 hung" in text

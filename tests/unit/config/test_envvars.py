@@ -26,6 +26,8 @@ BAD = {  # every variable simharness reads, with values that are not one of its 
     "SIMHARNESS_CAPTURE_START_SLOTS": ["abc", "-1", "1.5"],
     "SIMHARNESS_EAGER_SUBGROUPS": ["maybe", "11"],
     "SIMHARNESS_CAPTURE_DIR": ["   "],
+    "SIMHARNESS_GPU": ["  "],
+    "SIMHARNESS_LAZY_GROUPS": ["maybe", "2"],
     "SIMHARNESS_PREFIX_OUTPUT": ["yes please"],
     "SIMHARNESS_START_SLOTS": ["no-count", "/tmp/x:0", ":3"],
     "SIMHARNESS_RUN_DIR": [" "],

@@ -1,0 +1,148 @@
+"""Subgroups recorded now, connected on first use: :func:`lazy_gloo_subgroups`.
+
+A faithful capture rank (:mod:`.rank`) makes every ``new_group`` call for real, so a
+collective on any group computes real data. Megatron's init makes about 500 such calls per
+rank, each member group a ``ProcessGroupGloo`` (two worker threads, a device, and a
+sequence number read from the group's rank 0 through the store) that the init never uses.
+Inside :func:`lazy_gloo_subgroups`, torch's ``_new_process_group_helper``
+(torch/distributed/distributed_c10d.py:2169, the ``Backend.GLOO`` branch) builds a
+:class:`LazyGlooGroup` instead: a ``ProcessGroup`` with the same rank, size, store prefix,
+name, description and ``pg_map`` entry (``get_backend`` says ``gloo``), whose real
+``ProcessGroupGloo`` is made, and registered as its cpu and cuda backend, the first time
+a collective runs on it or someone asks for its backend. torch takes a ``ProcessGroup``
+subclass from a backend constructor as the group itself (distributed_c10d.py, "if
+issubclass(type(backend_class), ProcessGroup)"), as it does for its threaded test backend.
+
+What differs from an eager group: a group never used has no gloo threads, and its
+sequence number is only agreed when it is first used; every collective, object collective,
+point-to-point call and functional collective on it runs on a real gloo backend (the
+faithful tests check sums, gathers and broadcasts on subgroups).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import types
+from collections.abc import Iterator
+from typing import Any
+
+import torch
+from torch._C._distributed_c10d import ProcessGroup
+from torch.distributed import distributed_c10d as c10d
+
+_PG: Any = ProcessGroup  # the base class's own methods, called past this class's overrides
+
+#: The collectives torch's Python API (and the functional collectives, through the
+#: ProcessGroup trampoline) call on a group object; each goes to the real backend.
+COLLECTIVES = (
+    "allreduce", "allreduce_coalesced", "allgather", "_allgather_base", "allgather_coalesced",
+    "allgather_into_tensor_coalesced", "broadcast", "reduce", "gather", "scatter",
+    "reduce_scatter", "_reduce_scatter_base", "reduce_scatter_tensor_coalesced", "alltoall",
+    "alltoall_base", "barrier", "monitored_barrier", "send", "recv", "recv_anysource",
+    "_get_sequence_number_for_group",  # agreed with the group's rank 0: connects it too
+)
+
+
+class LazyGlooGroup(ProcessGroup):
+    """A gloo group whose backend is created on first use (see the module doc)."""
+
+    def __init__(self, store: Any, rank: int, size: int, timeout: Any = None):
+        _PG.__init__(self, rank, size)  # (store, rank, size) cannot build a subclass
+        self._lazy_args = (store, rank, size, timeout)
+        self._lazy_real: Any = None
+        self._lazy_name = ""
+        self._lazy_desc = ""
+        # torch sets global_ranks_in_group and group_name here; copied onto the real one.
+        self.options = types.SimpleNamespace()
+
+    @property
+    def connected(self) -> bool:
+        """Whether the real gloo backend exists yet."""
+        return self._lazy_real is not None
+
+    def real_backend(self) -> Any:
+        """The real ``ProcessGroupGloo``, made (and registered on this group) on first call."""
+        if self._lazy_real is None:
+            store, rank, size, timeout = self._lazy_args
+            real = _REAL_GLOO(store, rank, size, timeout=timeout)
+            for key, value in vars(self.options).items():
+                setattr(real.options, key, value)
+            real._set_sequence_number_for_group()
+            for device in ("cpu", "cuda"):   # as torch registers a gloo group's backend
+                _PG._register_backend(self, torch.device(device),
+                                               _PG.BackendType.GLOO, real)
+            _PG._set_group_name(self, self._lazy_name)
+            _PG._set_group_desc(self, self._lazy_desc)
+            self._lazy_real = real
+        return self._lazy_real
+
+    # torch's helper calls these while building the group.
+    def _set_sequence_number_for_group(self) -> None:
+        """Deferred: the real backend agrees its sequence number when it is made."""
+
+    def _set_group_name(self, name: str) -> None:
+        self._lazy_name = name
+        if self._lazy_real is not None:
+            _PG._set_group_name(self, name)
+
+    def _set_group_desc(self, desc: str) -> None:
+        self._lazy_desc = desc
+        if self._lazy_real is not None:
+            _PG._set_group_desc(self, desc)
+
+    @property
+    def group_name(self) -> Any:  # torch's GroupName, a str
+        return self._lazy_name
+
+    @property
+    def group_desc(self) -> str:
+        return self._lazy_desc
+
+    @property
+    def _device_types(self) -> list[torch.device]:
+        return [torch.device("cuda"), torch.device("cpu")]  # a real gloo group's answer
+
+    def _get_backend(self, device: Any) -> Any:
+        return self.real_backend()
+
+    def name(self) -> str:
+        return "gloo"
+
+    def _get_backend_name(self) -> str:
+        return "gloo"
+
+
+def _delegate(method: str) -> Any:
+    def call(self: LazyGlooGroup, *args: Any, **kwargs: Any) -> Any:
+        return getattr(self.real_backend(), method)(*args, **kwargs)
+
+    call.__name__ = method
+    return call
+
+
+for _name in COLLECTIVES:
+    setattr(LazyGlooGroup, _name, _delegate(_name))
+
+_REAL_GLOO = c10d.ProcessGroupGloo
+
+
+@contextlib.contextmanager
+def lazy_gloo_subgroups() -> Iterator[None]:
+    """While inside, the gloo groups torch builds are :class:`LazyGlooGroup` s."""
+    saved = c10d.ProcessGroupGloo
+    c10d.ProcessGroupGloo = LazyGlooGroup  # type: ignore[misc,assignment]
+    try:
+        yield
+    finally:
+        c10d.ProcessGroupGloo = saved  # type: ignore[misc]
+
+
+def census() -> dict[str, int]:
+    """How many of this process's groups are lazy and not yet connected, and how many are
+    connected (lazy ones used since, and the eager ones: the default group).
+
+    A capture getter (``--getter simharness.capture.lazy_group:census()``) reads it.
+    """
+    groups = list(c10d._world.pg_map)
+    idle = sum(1 for g in groups if isinstance(g, LazyGlooGroup) and not g.connected)
+    return {"idle": idle, "connected": len(groups) - idle}

@@ -1,0 +1,168 @@
+"""The GPU shim's identity table and stand-ins, pure (nothing installed in this process):
+the named GPUs, the per-device generators, events, streams, NVTX, and GPU-only packages."""
+
+from __future__ import annotations
+
+import time
+import types
+
+import pytest
+import torch
+from support.cli_errors import fails
+
+from simharness.errors import MissingGPUPackage, missing_gpu_package, needs_gpu_message
+from simharness.launch.gpu_shim.identity import (
+    GPUS,
+    DeviceProperties,
+    UnknownGPU,
+    gpu_spec,
+)
+from simharness.launch.gpu_shim.rng import (
+    DEFAULT_SEED,
+    CudaGenerators,
+    make_generators,
+    on_generator,
+)
+from simharness.launch.gpu_shim.streams import Event, Nvtx, Stream, StreamCalls
+
+# -- the identity table ---------------------------------------------------------------------
+
+
+def test_each_gpu_reports_its_datasheet_figures_as_torch_names_them():
+    want = {"h100": ("NVIDIA H100 80GB HBM3", (9, 0), 132, 80),
+            "h200": ("NVIDIA H200", (9, 0), 132, 141),
+            "b200": ("NVIDIA B200", (10, 0), 148, 180),
+            "a100": ("NVIDIA A100-SXM4-80GB", (8, 0), 108, 80),
+            "v100": ("Tesla V100-SXM2-32GB", (7, 0), 80, 32)}
+    for key, (name, cc, sms, gb) in want.items():
+        p = DeviceProperties(gpu_spec(key))
+        assert (p.name, (p.major, p.minor), p.multi_processor_count, p.total_memory) == \
+            (name, cc, sms, gb * 10**9)
+    for spec in GPUS.values():  # every row says where its figures come from
+        assert "datasheet" in spec.source, spec
+        assert DeviceProperties(spec).warp_size == 32
+
+
+def test_the_default_is_the_h100_and_names_are_read_strictly():
+    assert gpu_spec(None) is gpu_spec("") is gpu_spec(" H100 ") is GPUS["h100"]
+    for bad in ("h100x", "H100 80GB", "gb200", "0"):
+        with pytest.raises(UnknownGPU, match=f"GPU '{bad}' is not one the shim knows; give "
+                                             f"one of a100, a100-40gb, b200, h100, "):
+            gpu_spec(bad)
+
+
+def test_run_refuses_an_unknown_gpu_in_one_line(monkeypatch):
+    monkeypatch.delenv("SIMHARNESS_GPU", raising=False)
+    fails(["run", "-n", "2", "--gpu", "mi300x", "--", "python", "x.py"],
+          "--gpu: GPU 'mi300x' is not one the shim knows", "h100, h100-pcie, h200")
+    monkeypatch.setenv("SIMHARNESS_GPU", "a200")
+    fails(["run", "-n", "2", "--", "python", "x.py"],
+          "the environment's SIMHARNESS_GPU: GPU 'a200' is not one")
+
+
+# -- generators -----------------------------------------------------------------------------
+
+
+def test_per_device_generators_fork_and_restore_as_cpu_generators_do():
+    device = [0]
+    cuda = CudaGenerators(make_generators(2), lambda: device[0])
+    assert cuda.initial_seed() == DEFAULT_SEED
+    cuda.manual_seed(1234)                               # device 0 only
+    saved = cuda.get_rng_state()
+    with on_generator(cuda.gens[0]):
+        first = torch.randn(3)
+    cuda.set_rng_state(saved)                            # restore: the same numbers again
+    with on_generator(cuda.gens[0]):
+        again = torch.randn(3)
+    cpu = torch.Generator().manual_seed(1234)
+    assert torch.equal(first, again) and torch.equal(first, torch.randn(3, generator=cpu))
+    device[0] = 1                                        # device 1 was not seeded
+    assert cuda.initial_seed() == DEFAULT_SEED
+    cuda.manual_seed_all(5)
+    assert [g.initial_seed() for g in cuda.gens] == [5, 5]
+    with pytest.raises(RuntimeError, match="invalid device ordinal"):
+        cuda.get_rng_state(2)
+
+
+def test_a_draw_on_a_device_generator_leaves_the_cpu_generator_alone():
+    torch.manual_seed(7)
+    cpu_before = torch.get_rng_state()
+    gen = torch.Generator().manual_seed(99)
+    with on_generator(gen):
+        a = torch.nn.functional.dropout(torch.ones(8), 0.5)  # takes no generator=
+    assert torch.equal(torch.get_rng_state(), cpu_before)
+    with on_generator(torch.Generator().manual_seed(99)):
+        b = torch.nn.functional.dropout(torch.ones(8), 0.5)
+    assert torch.equal(a, b)
+    assert not torch.equal(gen.get_state(), torch.Generator().manual_seed(99).get_state())
+
+
+# -- events, streams, NVTX ------------------------------------------------------------------
+
+
+def test_events_time_with_the_host_clock_and_refuse_what_cuda_refuses():
+    start, end = Event(enable_timing=True), Event(enable_timing=True)
+    with pytest.raises(RuntimeError, match="both events must be recorded"):
+        start.elapsed_time(end)
+    start.record()
+    time.sleep(0.02)
+    end.record()
+    assert 20 <= start.elapsed_time(end) < 2000 and end.query()
+    with pytest.raises(RuntimeError, match="enable_timing=True"):
+        Event().elapsed_time(end)
+
+
+def test_streams_per_device_with_a_current_one_set_and_restored():
+    shim = types.SimpleNamespace(current_device=1, local_world_size=2, streams={})
+    kind = type("Stream", (Stream,), {"_shim": shim})
+    calls = StreamCalls(shim, kind)
+    default = calls.current_stream()
+    assert default == calls.default_stream(1) and default.stream_id == 0
+    assert default.device == torch.device("cuda", 1) and calls.default_stream(0) != default
+    side = kind()
+    with calls.stream(side):
+        assert calls.current_stream() == side and calls.current_stream(0) != side
+        ev = side.record_event()
+    assert calls.current_stream() == default and ev.query()
+    with pytest.raises(RuntimeError, match="invalid device ordinal"):
+        calls.current_stream(2)
+
+
+def test_nvtx_depth_as_nvtx_returns_it():
+    n = Nvtx()
+    with n.range("outer"):
+        assert n.range_push("inner") == 1
+        assert n.range_pop() == 1
+    assert n.range_pop() == -1  # nothing open
+
+
+# -- GPU-only packages ----------------------------------------------------------------------
+
+
+def test_an_import_error_of_a_gpu_only_package_is_a_named_stop_and_others_are_not():
+    try:
+        import transformer_engine.pytorch  # noqa: F401
+    except ImportError as exc:
+        stop = missing_gpu_package(exc)
+        assert isinstance(stop, MissingGPUPackage) and stop.package == "transformer_engine"
+        assert needs_gpu_message(exc).startswith(
+            "needs transformer_engine, a GPU-only package (ModuleNotFoundError: No module "
+            "named 'transformer_engine' at ")
+    said = ImportError("Transformer Engine is not installed: pip install transformer-engine")
+    assert missing_gpu_package(said).package == "transformer_engine"
+    assert missing_gpu_package(ImportError("cannot import name 'x' from 'numpy'")) is None
+    assert missing_gpu_package(ImportError("No module named 'apexy'", name="apexy")) is None
+    try:
+        try:
+            import flash_attn  # noqa: F401
+        except ImportError:
+            raise AssertionError("a test's own failure while handling it") from None
+    except AssertionError as exc:
+        assert missing_gpu_package(exc) is None  # raised while handling: not the cause
+    try:
+        try:
+            import deep_ep  # noqa: F401
+        except ImportError as e:
+            raise RuntimeError("DeepEP dispatcher unavailable") from e
+    except RuntimeError as exc:
+        assert missing_gpu_package(exc).package == "deep_ep"
