@@ -21,28 +21,20 @@ import pytest
 from support import megatron_harness as H
 from support.parity_cases import CASES, INVALID, TP_PP_DP, case, split_ag
 from support.paths import ROOT
+from support.profile_cases import calls
+from support.profile_cases import lay as _lay
 
 from simharness import (
     LayoutError,
     ParallelismConfig,
     build_layout,
 )
+from simharness.mcore import profile_for_version
 from simharness.profiles import get_profile
-from simharness.replay.megatron_engine import profile_for_version
-
-GTP_DESCS = {"GTP_WEIGHT_REMAT_GROUP", "EXPERT_GTP_WEIGHT_REMAT_GROUP",
-             "EXPERT_TENSOR_MODEL_PIPELINE_PARALLEL_GROUP_WITH_EGTP"}
-AG_DESCS = {"DATA_PARALLEL_GROUP_WITH_CP_AG", "EXPERT_DATA_PARALLEL_GROUP_AG"}
-REF16 = dict(world_size=16, tensor_model_parallel_size=2, pipeline_model_parallel_size=2,
-             context_parallel_size=2)
 
 
 def lay(mcore="0.18", **kw):
-    return build_layout(ParallelismConfig(**kw), mcore=mcore)
-
-
-def calls(layout):
-    return [(c.desc, c.ranks, c.backend) for c in layout.creation_order]
+    return _lay(mcore, **kw)
 
 
 # ---------------------------------------------------------------- fixtures

@@ -12,22 +12,14 @@ from __future__ import annotations
 import pytest
 from support import megatron_harness as H
 from support.paths import ROOT
+from support.profile_cases import lay as _lay
 
 from simharness import LayoutError, ParallelismConfig, build_layout
 
 TP_PP_DP = "tp-cp-ep-pp-dp"
 
-
 def lay(mcore="0.19", **kw):
-    return build_layout(ParallelismConfig(**kw), mcore=mcore)
-
-
-def descs(layout):
-    return [c.desc for c in layout.creation_order]
-
-
-REF16 = dict(world_size=16, tensor_model_parallel_size=2, pipeline_model_parallel_size=2,
-             context_parallel_size=2)
+    return _lay(mcore, **kw)
 
 
 # ---------------------------------------------------- parity with 0.19.2

@@ -9,32 +9,23 @@ from __future__ import annotations
 
 import pytest
 from support.parity_cases import TP_PP_DP
+from support.profile_cases import AG_DESCS, GTP_DESCS, REF16, calls
+from support.profile_cases import lay as _lay
 
 from simharness import (
     GroupNotInitialized,
     LayoutError,
     ParallelismConfig,
     SimharnessError,
-    build_layout,
     check,
 )
 from simharness.config import MCORE_PROFILES
+from simharness.mcore import profile_for_version
 from simharness.profiles import PROFILES, megatron_kwargs
-from simharness.replay.megatron_engine import profile_for_version
-
-GTP_DESCS = {"GTP_WEIGHT_REMAT_GROUP", "EXPERT_GTP_WEIGHT_REMAT_GROUP",
-             "EXPERT_TENSOR_MODEL_PIPELINE_PARALLEL_GROUP_WITH_EGTP"}
-AG_DESCS = {"DATA_PARALLEL_GROUP_WITH_CP_AG", "EXPERT_DATA_PARALLEL_GROUP_AG"}
-REF16 = dict(world_size=16, tensor_model_parallel_size=2, pipeline_model_parallel_size=2,
-             context_parallel_size=2)
 
 
 def lay(mcore="0.18", **kw):
-    return build_layout(ParallelismConfig(**kw), mcore=mcore)
-
-
-def calls(layout):
-    return [(c.desc, c.ranks, c.backend) for c in layout.creation_order]
+    return _lay(mcore, **kw)
 
 
 # ------------------------------------------------------------ pure: profiles

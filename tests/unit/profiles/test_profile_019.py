@@ -8,23 +8,16 @@ tests/parity/test_profile_019_parity.py.
 from __future__ import annotations
 
 import pytest
+from support.profile_cases import REF16, descs
+from support.profile_cases import lay as _lay
 
-from simharness import GroupNotInitialized, LayoutError, ParallelismConfig, build_layout
+from simharness import GroupNotInitialized, LayoutError, ParallelismConfig
 from simharness.grid import inject_gtp
 
 TP_PP_DP = "tp-cp-ep-pp-dp"
 
-
 def lay(mcore="0.19", **kw):
-    return build_layout(ParallelismConfig(**kw), mcore=mcore)
-
-
-def descs(layout):
-    return [c.desc for c in layout.creation_order]
-
-
-REF16 = dict(world_size=16, tensor_model_parallel_size=2, pipeline_model_parallel_size=2,
-             context_parallel_size=2)
+    return _lay(mcore, **kw)
 
 
 # ------------------------------------------------------------ pure: sequence
