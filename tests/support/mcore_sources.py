@@ -18,7 +18,6 @@ from __future__ import annotations
 import hashlib
 import os
 import shutil
-import subprocess
 import sys
 import tempfile
 import zipfile
@@ -74,21 +73,8 @@ def fetch_sources(root: str | os.PathLike, version: str, *, timeout: float = 300
     top.parent.mkdir(parents=True, exist_ok=True)
     (top.parent / ".gitignore").write_text("*\n")
     with tempfile.TemporaryDirectory(dir=top.parent) as tmp:
-        cmd = [sys.executable, "-m", "pip", "download", f"megatron-core=={version}",
-               "--no-deps", "--only-binary", ":all:", "--python-version", "3.12",
-               "--timeout", "15", "--retries", "1", "--disable-pip-version-check", "-q",
-               "-d", tmp]
-        try:
-            proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
-        except (OSError, subprocess.TimeoutExpired) as exc:
-            raise RuntimeError(f"pip download megatron-core=={version} failed: {exc}") from None
-        wheels = sorted(Path(tmp).glob("megatron_core-*.whl"))
-        if proc.returncode or not wheels:
-            tail = (proc.stderr or proc.stdout).strip().splitlines()[-1:] or ["no output"]
-            raise RuntimeError(f"pip download megatron-core=={version} failed "
-                               f"(exit {proc.returncode}): {tail[0]}")
         staged = Path(tmp) / "tree"
-        with zipfile.ZipFile(wheels[-1]) as z:
+        with zipfile.ZipFile(H.download_wheel(version, tmp, timeout=timeout)) as z:
             members = [n for n in z.namelist()
                        if n.startswith("megatron/core/") and not n.endswith("/")]
             for name in members:

@@ -416,6 +416,27 @@ def version_tag(version: str) -> str:
     return f"{int(major)}{int(minor):02d}"
 
 
+def download_wheel(version: str, into: str | os.PathLike, *, timeout: float = 180.0) -> Path:
+    """The megatron-core ``version`` wheel (Python 3.12 tag, no dependencies), downloaded with
+    pip into ``into``; ``RuntimeError`` with pip's last line when it cannot be had."""
+    import subprocess
+
+    cmd = [sys.executable, "-m", "pip", "download", f"megatron-core=={version}",
+           "--no-deps", "--only-binary", ":all:", "--python-version", "3.12",
+           "--timeout", "15", "--retries", "1", "--disable-pip-version-check", "-q",
+           "-d", str(into)]
+    try:
+        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        raise RuntimeError(f"pip download megatron-core=={version} failed: {exc}") from None
+    wheels = sorted(Path(into).glob("megatron_core-*.whl"))
+    if proc.returncode or not wheels:
+        tail = (proc.stderr or proc.stdout).strip().splitlines()[-1:] or ["no output"]
+        raise RuntimeError(f"pip download megatron-core=={version} failed "
+                           f"(exit {proc.returncode}): {tail[0]}")
+    return wheels[-1]
+
+
 def fetch_parallel_state(root: str | os.PathLike, version: str, *,
                          timeout: float = 180.0) -> Path:
     """Path of megatron-core ``version``'s ``parallel_state.py`` under
@@ -427,7 +448,6 @@ def fetch_parallel_state(root: str | os.PathLike, version: str, *,
     Raises ``RuntimeError`` with the reason when it cannot be had (no network, no pip,
     a file that is not that version's)."""
     import hashlib
-    import subprocess
     import tempfile
     import zipfile
 
@@ -455,21 +475,7 @@ def fetch_parallel_state(root: str | os.PathLike, version: str, *,
         if verified():
             return target
         with tempfile.TemporaryDirectory(dir=dest) as tmp:
-            cmd = [sys.executable, "-m", "pip", "download", f"megatron-core=={version}",
-                   "--no-deps", "--only-binary", ":all:", "--python-version", "3.12",
-                   "--timeout", "15", "--retries", "1", "--disable-pip-version-check", "-q",
-                   "-d", tmp]
-            try:
-                proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
-            except (OSError, subprocess.TimeoutExpired) as exc:
-                raise RuntimeError(f"pip download megatron-core=={version} failed: "
-                                   f"{exc}") from None
-            wheels = sorted(Path(tmp).glob("megatron_core-*.whl"))
-            if proc.returncode or not wheels:
-                tail = (proc.stderr or proc.stdout).strip().splitlines()[-1:] or ["no output"]
-                raise RuntimeError(f"pip download megatron-core=={version} failed "
-                                   f"(exit {proc.returncode}): {tail[0]}")
-            with zipfile.ZipFile(wheels[-1]) as z:
+            with zipfile.ZipFile(download_wheel(version, tmp, timeout=timeout)) as z:
                 data = z.read("megatron/core/parallel_state.py")
             target.parent.mkdir(parents=True, exist_ok=True)
             part = target.with_suffix(".py.part")
