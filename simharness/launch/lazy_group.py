@@ -127,10 +127,11 @@ _REAL_GLOO = c10d.ProcessGroupGloo
 
 
 @contextlib.contextmanager
-def lazy_gloo_subgroups() -> Iterator[None]:
-    """While inside, the gloo groups torch builds are :class:`LazyGlooGroup` s."""
+def lazy_gloo_subgroups(cls: type = LazyGlooGroup) -> Iterator[None]:
+    """While inside, the gloo groups torch builds are ``cls`` (a :class:`LazyGlooGroup`
+    or a subclass of it)."""
     saved = c10d.ProcessGroupGloo
-    c10d.ProcessGroupGloo = LazyGlooGroup  # type: ignore[misc,assignment]
+    c10d.ProcessGroupGloo = cls  # type: ignore[misc,assignment]
     try:
         yield
     finally:

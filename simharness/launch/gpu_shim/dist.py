@@ -19,11 +19,10 @@ eagerly in run and launch")."""
 
 from __future__ import annotations
 
-import contextlib
 import inspect
 import json
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
@@ -124,20 +123,6 @@ def _check_members(group: Any, within: timedelta | None = None,
                            f"this NCCL-style group, which connects on first use)")
 
 
-@contextlib.contextmanager
-def _lazy_gloo(cls: type) -> Iterator[None]:
-    """While inside, the gloo groups torch builds are ``cls`` (as capture's
-    ``lazy_gloo_subgroups``)."""
-    from torch.distributed import distributed_c10d as c10d
-
-    saved = c10d.ProcessGroupGloo
-    c10d.ProcessGroupGloo = cls  # type: ignore[misc,assignment]
-    try:
-        yield
-    finally:
-        c10d.ProcessGroupGloo = saved  # type: ignore[misc]
-
-
 def _patch_dist(shim: Shim, lazy_groups: bool = False) -> None:
     import torch.distributed as dist
     import torch.distributed.device_mesh  # noqa: F401  (binds the names we replace)
@@ -146,6 +131,7 @@ def _patch_dist(shim: Shim, lazy_groups: bool = False) -> None:
     orig_init, orig_new, orig_split = (c10d.init_process_group, c10d.new_group,
                                        c10d.split_group)
     nccl_like = _nccl_like_group() if lazy_groups else None
+    from ..lazy_group import lazy_gloo_subgroups
     default_gpu = [True]  # the default group's backend was a GPU one (or torch's choice)
 
     def drop(call: str, bound: dict[str, Any]) -> None:
@@ -173,7 +159,7 @@ def _patch_dist(shim: Shim, lazy_groups: bool = False) -> None:
         drop("new_group", bound)
         if nccl_like is None or not gpu:
             return orig_new(**bound)
-        with _lazy_gloo(nccl_like):
+        with lazy_gloo_subgroups(nccl_like):
             pg = orig_new(**bound)
         if isinstance(pg, nccl_like):
             pg.site = user_site()  # type: ignore[attr-defined]  # NcclLikeGroup's
