@@ -18,3 +18,16 @@ def fails(args, *fragments, code=2):
     for f in fragments:
         assert f in err, (f, err)
     return err
+
+
+def invoke(*args):
+    """The CLI run in-process on ``args`` (each turned to text)."""
+    return CliRunner().invoke(main, [str(a) for a in args])
+
+
+def one_error_line(result) -> str:
+    """The single ``error:`` line of a refused command (exit 2)."""
+    assert result.exit_code == 2, (result.exit_code, result.output)
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: "), result.stderr
+    return lines[0]

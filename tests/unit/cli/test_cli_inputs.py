@@ -7,23 +7,10 @@ from __future__ import annotations
 import json
 
 import pytest
-from click.testing import CliRunner
-
-from cli import main
+from support.cli_errors import invoke, one_error_line
 
 SIM = ["simulate", "--topology", "dgx-h100-superpod", "--nodes", "2", "-n", "16", "--tp", "2",
        "--pp", "2", "--cp", "2", "--model-bytes", "140GB", "--layers", "80"]
-
-
-def invoke(*args):
-    return CliRunner().invoke(main, [str(a) for a in args])
-
-
-def one_error_line(result) -> str:
-    assert result.exit_code == 2, (result.exit_code, result.output)
-    lines = result.stderr.strip().splitlines()
-    assert len(lines) == 1 and lines[0].startswith("error: "), result.stderr
-    return lines[0]
 
 
 @pytest.mark.parametrize(("fmt", "name", "words"), [

@@ -7,25 +7,13 @@ import json
 from pathlib import Path
 
 import pytest
-from click.testing import CliRunner
+from support.cli_errors import invoke, one_error_line
 
-from cli import main
 from simharness._cli.options import apply_megatron_args
 
 FIXTURES = Path(__file__).resolve().parents[2] / "fixtures" / "megatron_args"
 GPT3 = str(FIXTURES / "gpt3_175b.args")
 MIXTRAL = str(FIXTURES / "mixtral_8x7b.args")
-
-
-def invoke(*args):
-    return CliRunner().invoke(main, [str(a) for a in args])
-
-
-def one_error_line(result) -> str:
-    assert result.exit_code == 2, (result.exit_code, result.output)
-    lines = result.stderr.strip().splitlines()
-    assert len(lines) == 1 and lines[0].startswith("error: "), result.stderr
-    return lines[0]
 
 
 def note(result) -> str:
