@@ -97,14 +97,7 @@ def fetch_sources(root: str | os.PathLike, version: str, *, timeout: float = 300
 
 def main(argv: list[str]) -> int:
     """Cache the named versions (default: every pinned one); 1 when one fails."""
-    failed = 0
-    for version in argv or list(H.MCORE_WHEELS):
-        try:
-            print(f"megatron-core {version}: {fetch_sources(ROOT, version)}")
-        except RuntimeError as exc:
-            print(f"error: megatron-core {version}: {exc}", file=sys.stderr)
-            failed = 1
-    return failed
+    return H.fetch_all(ROOT, fetch_sources, argv)
 
 
 if __name__ == "__main__":

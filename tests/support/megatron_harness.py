@@ -594,13 +594,16 @@ def assert_runs_match(runs: dict, expected: list, layout, ag: bool) -> None:
             assert run.extra == want, f"rank {r}: create_all_gather_groups()"
 
 
-def fetch_all(root: str | os.PathLike) -> int:
-    """Fetch every pinned version (:data:`MCORE_WHEELS`); 1 with the reasons when one fails.
+def fetch_all(root: str | os.PathLike, fetch: Callable[..., Path] | None = None,
+              versions: Iterable[str] = ()) -> int:
+    """Fetch ``versions`` (default every pinned one, :data:`MCORE_WHEELS`) with ``fetch``
+    (default :func:`fetch_parallel_state`); 1 with the reasons when one fails.
     ``python tests/support/megatron_harness.py`` (CI runs it before the tests)."""
+    fetch = fetch or fetch_parallel_state
     failed = 0
-    for version in MCORE_WHEELS:
+    for version in list(versions) or list(MCORE_WHEELS):
         try:
-            print(f"megatron-core {version}: {fetch_parallel_state(root, version)}")
+            print(f"megatron-core {version}: {fetch(root, version)}")
         except RuntimeError as exc:
             print(f"error: megatron-core {version}: {exc}", file=sys.stderr)
             failed = 1
