@@ -34,7 +34,6 @@ from .nccl_ramp import (
     LAUNCH_MODES,
     LAUNCH_US_SINGLE_PER_GPU,
     launch_overhead_us,
-    net_steps,
 )
 from .nccl_tuning import DEFAULT_NCCL, bus_factor
 
@@ -233,17 +232,24 @@ def fit_single_launch_us(points: list[CalPoint]) -> float:
     return float(grid[int(np.argmin(cost))])
 
 
-def fit_net_step_us(points: list[CalPoint], transport: str = "efa") -> float:
-    """``NET_STEP_US[transport]`` fitted on the ``fit`` points only, us.
+FLOOR_GRID_US = np.arange(0, 601) / 10.0     # ring step floor: 0-60 us by 0.1 us
+LEVEL_GRID_US = np.arange(0, 301, dtype=float)  # tree level: 0-300 us by 1 us
 
-    Over every point with ``split == "fit"`` on a topology whose network is ``transport``
-    and that crosses it, the per-step cost S that minimises the sum of squared
-    log(predicted / measured time), predicted = the model's time without the transport
-    term + ``net_steps x S`` (NCCL's pick is unchanged: its tuner does not see S); a grid
-    of 1 us over 0-400 us. Held-out points are ignored, whatever they say.
 
-    >>> from simharness.topology.nccl_ramp import NET_STEP_US
-    >>> fit_net_step_us(load_points(DEFAULT_PATH)) == NET_STEP_US["efa"]
+def fit_net_pipeline(points: list[CalPoint], transport: str = "efa") -> tuple[float, float]:
+    """``(RING_STEP_FLOOR_US, NET_LEVEL_US)`` of ``transport`` fitted on the ``fit``
+    points only, us.
+
+    Over every point with ``split == "fit"`` on a topology whose network is
+    ``transport`` and that crosses it, the pair that minimises the sum of squared
+    log(predicted / measured time), predicted = the model's time without the pipeline
+    cost + :meth:`.net_pipeline.PipelineTerms.cost_us` (the pick is unchanged: NCCL's
+    tuner and the plugin's do not see it); grids :data:`FLOOR_GRID_US` x
+    :data:`LEVEL_GRID_US`. Held-out points are ignored, whatever they say.
+
+    >>> from simharness.topology.net_pipeline import NET_LEVEL_US, RING_STEP_FLOOR_US
+    >>> fit_net_pipeline(load_points(DEFAULT_PATH)) == (RING_STEP_FLOOR_US["efa"],
+    ...                                                 NET_LEVEL_US["efa"])
     True
     """
     rows = []
@@ -255,23 +261,25 @@ def fit_net_step_us(points: list[CalPoint], transport: str = "efa") -> float:
         if so is None or so.transport != transport:
             continue
         dev = p.devices(cluster.gpus_per_node)
-        domains = int(np.unique(cluster.domain_of(dev)).size)
         est = predict(cluster, dev, p.collective, p.size,
                       algo=None if p.algo == "default" else p.algo, nccl=_version(p))
-        steps = net_steps(est.collective, est.algo, domains)
-        if not steps:
+        t = est.net_terms
+        if not (t.levels or t.ring_steps):
             continue
-        base = est.time_us - est.transport_us
         measured_us = p.measured if p.metric == "time_us" else _value(p, 1.0) / p.measured
-        rows.append((base, steps, measured_us))
+        rows.append((est.time_us - est.transport_us, t.ring_steps, t.ring_step_us, t.levels,
+                     t.level_chunk_us, measured_us))
     if not rows:
         raise TopologyError(f"no fit point crosses a {transport} network: nothing to fit its "
-                            "per-step cost on")
-    base_us, n_steps, meas = (np.array(x, dtype=float) for x in zip(*rows, strict=True))
-    grid = np.arange(0, 401, dtype=float)
-    pred = base_us[None, :] + n_steps[None, :] * grid[:, None]
-    cost = (np.log(pred / meas[None, :]) ** 2).sum(axis=1)
-    return float(grid[int(np.argmin(cost))])
+                            "pipeline constants on")
+    base, steps, step_us, levels, chunk_us, meas = (np.array(x, dtype=float)
+                                                    for x in zip(*rows, strict=True))
+    ring = steps * np.maximum(0.0, FLOOR_GRID_US[:, None] - step_us[None, :])  # (F, P)
+    tree = levels * (LEVEL_GRID_US[:, None] + chunk_us[None, :])            # (L, P)
+    pred = base[None, None, :] + ring[:, None, :] + tree[None, :, :]
+    cost = (np.log(pred / meas) ** 2).sum(axis=2)
+    fi, li = np.unravel_index(int(np.argmin(cost)), cost.shape)
+    return float(FLOOR_GRID_US[fi]), float(LEVEL_GRID_US[li])
 
 
 @dataclass(frozen=True)

@@ -268,7 +268,8 @@ def shape_of(cluster: Cluster, rings: Rings, i: int = 0, *, rate_gb_per_s: float
         base_latency_us=spec.base_latency_us, nodes=nodes, share=min(share, 1.0),
         transport=so.transport if so is not None else "infiniband",
         net_plugin=so.net_plugin if so is not None else "",
-        tuner_plugin=so.tuner_plugin if so is not None else "")
+        tuner_plugin=so.tuner_plugin if so is not None else "",
+        tuner=so.tuner if so is not None else "")
 
 
 def node_views(cluster: Cluster, devices) -> tuple[NodeView, ...]:

@@ -91,7 +91,6 @@ from .nccl_ramp import (
     LAUNCH_US,
     LAUNCH_US_SINGLE_PER_GPU,
     NCCL_STEPS,
-    NET_STEP_US,
     NVLS_AG_RS_ONE_NODE_STAGES,
     NVLS_CHUNK_BYTES,
     NVLS_ONE_NODE_STAGES,
@@ -99,8 +98,6 @@ from .nccl_ramp import (
     _nvls_chunk,
     launch_overhead_us,
     launch_period_us,
-    net_steps,
-    net_transport_us,
     nvls_loops,
     pipeline_fill_us,
 )
@@ -135,13 +132,22 @@ from .nccl_tuning import (
     collective_name,
     nccl_version,
 )
+from .net_pipeline import (
+    NET_LEVEL_US,
+    RING_STEP_FLOOR_US,
+    PipelineTerms,
+    net_pipeline_us,
+    pipeline_terms,
+)
+from .ofi_tuner import describe as ofi_tuner_describe
+from .ofi_tuner import region_pick
 
 # The constants, names and checks moved to .nccl_tuning and the launch / pipeline fill to
 # .nccl_ramp; they stay importable from here (this module's public surface) for one release.
 __all__ = [
     "ALGOS", "ARCHS", "BASE_LAT", "COLLECTIVES", "DEFAULT_NCCL", "HW_LAT", "LAUNCH_MODES",
     "LAUNCH_US", "LAUNCH_US_SINGLE_PER_GPU", "LL_MAX_BW", "LL_MAX_BW_INTEL", "MAX_BYTES",
-    "MAX_THREADS", "NCCL_STEPS", "NCCL_VERSIONS", "NET_STEP_US", "NET_OVERHEAD_US",
+    "MAX_THREADS", "NCCL_STEPS", "NCCL_VERSIONS", "NET_OVERHEAD_US",
     "NVLINK_BW_PER_LINK",
     "NVLS_AG_RS_ONE_NODE_STAGES", "NVLS_CHUNK_BYTES", "NVLS_EFFICIENCY", "NVLS_ONE_NODE_STAGES",
     "PAT_FACTOR", "PER_CH_MAX_NVLS_TREE", "PER_CH_MAX_RING_LL128", "PER_CH_MAX_TREE",
@@ -149,7 +155,7 @@ __all__ = [
     "CommGraphs", "Estimate", "Graph", "GroupShape", "NodeView", "Table", "_ALIASES", "_choice",
     "_log2i", "_nvls_chunk", "bus_factor", "check_size", "choose", "collective_name",
     "debug_lines", "fabric_lines", "launch_overhead_us", "launch_period_us", "nccl_version",
-    "net_steps", "net_transport_us", "nvls_loops", "pipeline_fill_us", "tune", "tuning_lines",
+    "nvls_loops", "pipeline_fill_us", "tune", "tuning_lines",
 ]
 
 
@@ -185,7 +191,8 @@ class GroupShape:
     share: float = 1.0
     transport: str = "infiniband"  # the network's transport ([scale_out] transport)
     net_plugin: str = ""           # an external NCCL net plugin, as the topology names it
-    tuner_plugin: str = ""         # an external NCCL tuner plugin (named, not modelled)
+    tuner_plugin: str = ""         # an external NCCL tuner plugin, as the topology names it
+    tuner: str = ""                # a modelled tuner plugin ("aws-ofi-nccl": .ofi_tuner)
 
     @property
     def ppn(self) -> float:
@@ -233,7 +240,8 @@ class Estimate:
     n_ranks: int
     n_channels: int  # CTAs the kernel launches: the channels of this call's plan
     ramp_us: float = 0.0
-    transport_us: float = 0.0  # part of ramp_us: the transport's per-step cost (EFA)
+    transport_us: float = 0.0  # part of ramp_us: the network pipeline's cost (EFA)
+    net_terms: PipelineTerms = field(default_factory=PipelineTerms)  # what it is made of
 
     @property
     def nccl_time_us(self) -> float:
@@ -294,6 +302,7 @@ class Table:
             lat *= RING_PLATEAU
         ctas = 0
         ramp = transport = 0.0
+        terms = PipelineTerms()
         if s.n_ranks > 1:
             if g is None:
                 ctas = 1
@@ -307,10 +316,13 @@ class Table:
                 ctas = plan_channels(g, algo, proto, size_bytes, threads, s.n_ranks)
                 ramp = pipeline_fill_us(self.collective, algo, proto, size_bytes, s, g, bw,
                                         ctas)
-                transport = net_transport_us(self.collective, algo, proto, s)
+                heads = g.nvls.n_channels if g.nvls is not None else 1
+                terms = pipeline_terms(self.collective, algo, proto, size_bytes, s.n_ranks,
+                                       s.n_nodes, bw, ctas, heads)
+                transport = net_pipeline_us(terms, s.transport)
                 ramp += transport
         return Estimate(self.collective, algo, proto, size_bytes, lat, bw, s.n_ranks, ctas,
-                        ramp, transport)
+                        ramp, transport, terms)
 
     def all_estimates(self, size_bytes: float) -> list[Estimate]:
         """Every enabled (algorithm, protocol), in NCCL's order of preference (its time)."""
@@ -510,7 +522,10 @@ def choose(shape: GroupShape, collective: str, size_bytes: float, *, algo: str |
     NCCL picks by its own time (``nccl_time_us``); the estimate's ``time_us``
     adds the pipeline fill. ``algo``/``proto`` play ``NCCL_ALGO``/``NCCL_PROTO``:
     the pick is limited to them; a combination NCCL would not enable here is an
-    error naming it.
+    error naming it. With the aws-ofi-nccl tuner (``shape.tuner``) its region
+    tuner picks among the remaining combinations where it has a region
+    (:func:`.ofi_tuner.region_pick`: NCCL filters by ``NCCL_ALGO`` / ``NCCL_PROTO``
+    before the v3 tuner sees the table); elsewhere NCCL's own pick stands.
     """
     size = check_size(size_bytes)
     want_a = _choice("algorithm", algo, ALGOS)
@@ -518,6 +533,11 @@ def choose(shape: GroupShape, collective: str, size_bytes: float, *, algo: str |
     table = tune(shape, collective, nccl=nccl)
     options = [e for e in table.all_estimates(size)
                if (want_a is None or e.algo == want_a) and (want_p is None or e.proto == want_p)]
+    if options and shape.tuner == "aws-ofi-nccl":
+        pick = region_pick(table.collective, size, shape.n_ranks, shape.n_nodes,
+                           enabled=[(e.algo, e.proto) for e in options])
+        if pick is not None:
+            options = [e for e in options if (e.algo, e.proto) == pick]
     if not options:
         have = ", ".join(f"{a}/{p}" for a, p in table.entries)
         raise TopologyError(f"{collective_name(collective)} with algorithm {want_a or 'any'} "
@@ -599,10 +619,13 @@ _TRANSPORT_NOTES = {
             "the same. Assumed: the lossless settings (PFC/ECN, congestion control) hold, so "
             "no loss or back-off; no SHARP/CollNet on Ethernet.",
     "efa": "EFA through a net plugin (NCCL has no EFA transport): NCCL's network latencies "
-           "as for InfiniBand, plus a per-network-step cost of the plugin's transport, "
-           f"{NET_STEP_US['efa']:g} us FITTED on the published p5 sweeps marked fit (no source "
-           "gives it; it also absorbs what the plugin's tuner picks differently); no "
-           "SHARP/CollNet on EFA.",
+           "as for InfiniBand, plus the proxy pipeline over EFA (net_pipeline.py): NCCL's "
+           "chunking (buffer / NCCL_STEPS, loops, tree chunk rules) with two constants FITTED "
+           "on the published p5 sweeps marked fit (no source gives them): a ring step takes "
+           f"at least {RING_STEP_FLOOR_US['efa']:g} us, and each network level of a tree "
+           f"stores and forwards its first chunk with {NET_LEVEL_US['efa']:g} us more; "
+           "checked on all-reduce from 32 MB to 8 GB (below 32 MB on EFA it is not checked "
+           "against any measurement); no SHARP/CollNet on EFA.",
 }
 
 
@@ -621,7 +644,10 @@ def fabric_lines(shape: GroupShape) -> list[str]:
            "network: " + _TRANSPORT_NOTES[shape.transport]]
     if shape.net_plugin:
         out.append(f"net plugin: {shape.net_plugin}")
-    if shape.tuner_plugin:
+    if shape.tuner == "aws-ofi-nccl":
+        out.append(f"tuner plugin: {shape.tuner_plugin or shape.tuner}; "
+                   + ofi_tuner_describe())
+    elif shape.tuner_plugin:
         out.append(f"tuner plugin: {shape.tuner_plugin}; NOT modelled: the table above is "
                    "NCCL's own tuner, and the pick priced is NCCL's (the plugin can pick "
                    "another algorithm, protocol or channel count)")

@@ -40,14 +40,7 @@ LAUNCH_US = 3.5
 # held-out sweeps set nothing (tests/test_nccl_ramp.py re-runs the fit).
 LAUNCH_US_SINGLE_PER_GPU = 4.76
 LAUNCH_MODES = ("per-gpu", "single")
-# The network transport's own cost per sequential network step, us, above what NCCL's tuning
-# prices (its hwLat[NET] is InfiniBand's, tuning.cc): NCCL's own IB verbs transport drives
-# InfiniBand and RoCE alike, so 0 there. EFA goes through the aws-ofi-nccl net plugin, whose
-# per-step cost NCCL's source does not give: FITTED, on the calibration sweeps marked `fit`
-# only (aws-p5-efa-ar-2n and -16n), least squares of log(time),
-# calibration.fit_net_step_us("efa"); a phenomenological constant that also absorbs what the
-# plugin's tuner does differently from NCCL's (not modelled). The held-out sweeps set nothing.
-NET_STEP_US = {"infiniband": 0.0, "roce": 0.0, "efa": 113.0}
+
 
 
 def launch_period_us(mode: str, gpus_per_process: int,
@@ -141,49 +134,6 @@ def nvls_loops(size_bytes: float, ctas: int, heads: int, nodes: int = 1,
     loop = heads * chunk
     loops = max(1, math.ceil(per_channel / loop))
     return chunk, loops, min(loop, per_channel)
-
-
-def net_steps(collective: str, algo: str, n_nodes: int) -> int:
-    """Sequential network steps of one call: what a per-step transport cost multiplies.
-
-    A ring crosses the network ``2 (nodes - 1)`` times one after the other for all-reduce,
-    ``nodes - 1`` for all-gather / reduce-scatter (NCCL's own count, tuning.cc); a tree
-    and NVLSTree go up and down ``log2(nodes)`` levels (``2 log2(nodes)``, as NCCL's tree
-    latency counts them); PAT ``log2(nodes)``; inside one node, or for CollNet and NVLS
-    (the network hop is the switch's), 0.
-
-    >>> net_steps("all_reduce", "ring", 4), net_steps("all_reduce", "nvls_tree", 16)
-    (6, 8)
-    >>> net_steps("all_gather", "ring", 4), net_steps("all_reduce", "ring", 1)
-    (3, 0)
-    """
-    if n_nodes < 2:
-        return 0
-    if algo == "ring":
-        return 2 * (n_nodes - 1) if collective == "all_reduce" else n_nodes - 1
-    if algo in ("tree", "nvls_tree"):
-        return 2 * max(1, _log2i(n_nodes))
-    if algo == "pat":
-        return max(1, _log2i(n_nodes))
-    return 0
-
-
-def net_transport_us(collective: str, algo: str, proto: str, s: GroupShape,
-                     step_us: float | None = None) -> float:
-    """Time the network transport adds beyond NCCL's own pricing, us:
-    ``net_steps x NET_STEP_US[transport]`` (0 on InfiniBand and RoCE; ``step_us``
-    replaces the table's figure, for the fit).
-
-    >>> from simharness.topology.nccl_model import GroupShape
-    >>> efa = GroupShape(n_ranks=16, n_nodes=2, arch="hopper", intra_gb_per_s=370.8,
-    ...                  ring_gb_per_s=47.0, transport="efa")
-    >>> net_transport_us("all_reduce", "nvls_tree", "simple", efa)    # 2 steps x 113 us
-    226.0
-    >>> net_transport_us("all_reduce", "ring", "simple", efa, step_us=0.0)
-    0.0
-    """
-    per_step = NET_STEP_US.get(s.transport, 0.0) if step_us is None else step_us
-    return net_steps(collective, algo, s.n_nodes) * per_step
 
 
 def pipeline_fill_us(collective: str, algo: str, proto: str, size_bytes: float,

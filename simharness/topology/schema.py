@@ -22,6 +22,7 @@ from typing import Any
 
 from .errors import TopologyError
 from .nccl_tuning import ARCHS
+from .ofi_tuner import P5_INSTANCE_TYPES, TUNERS
 
 SCHEMA_VERSION = 1
 WIRINGS = ("rail", "tor")
@@ -90,7 +91,9 @@ class ScaleOutSpec:
     pxn: bool = True     # NCCL PXN: cross-rail traffic moves over NVLink to the rail's GPU
     transport: str = "infiniband"  # infiniband, roce (NCCL's IB verbs) or efa (aws-ofi-nccl)
     net_plugin: str = ""           # external NCCL net plugin (documentation), e.g. aws-ofi-nccl
-    tuner_plugin: str = ""         # external NCCL tuner plugin in use (not modelled: named only)
+    tuner_plugin: str = ""         # external NCCL tuner plugin in use (its name, documentation)
+    tuner: str = ""                # a modelled tuner plugin: "aws-ofi-nccl" (.ofi_tuner)
+    instance_type: str = ""        # the instance type such a tuner decides by (p5.48xlarge)
 
     @property
     def nic_gb_per_s(self) -> float:
@@ -292,7 +295,18 @@ def _scale_out(t: _Table, node: NodeSpec) -> ScaleOutSpec:
         pxn=t.flag("pxn", default=True),
         transport=t.text("transport", TRANSPORTS, default="infiniband"),
         net_plugin=t.text("net_plugin", default=""),
-        tuner_plugin=t.text("tuner_plugin", default=""))
+        tuner_plugin=t.text("tuner_plugin", default=""),
+        tuner=t.text("tuner", TUNERS, default=""),
+        instance_type=t.text("instance_type", default=""))
+    if scale_out.tuner and (scale_out.transport != "efa"
+                            or scale_out.net_plugin != "aws-ofi-nccl"):
+        raise t._fail("tuner", "\"aws-ofi-nccl\" only with transport = \"efa\" and net_plugin = "
+                      "\"aws-ofi-nccl\" (the plugin's tuner runs with its net plugin)",
+                      scale_out.tuner)
+    if scale_out.tuner and scale_out.instance_type not in P5_INSTANCE_TYPES:
+        raise t._fail("instance_type", f"one of {', '.join(P5_INSTANCE_TYPES)} (the instance "
+                      "types whose aws-ofi-nccl tuner table is modelled), or leave tuner out",
+                      scale_out.instance_type)
     if scale_out.transport == "efa" and not scale_out.net_plugin:
         raise t._fail("net_plugin", "the NCCL net plugin that drives EFA (NCCL has no EFA "
                       "transport of its own): net_plugin = \"aws-ofi-nccl\"", "")

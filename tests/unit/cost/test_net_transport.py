@@ -1,14 +1,17 @@
-"""The network transport's per-step cost (EFA) and the held-out report per network class.
+"""The proxy pipeline over EFA (simharness/topology/net_pipeline.py) and the held-out report
+per network class.
 
-NCCL's tuning prices the network with InfiniBand's latencies (tuning.cc hwLat[NET]); its own
-IB verbs transport drives InfiniBand and RoCE alike, so neither adds anything. EFA goes
-through the aws-ofi-nccl plugin, whose per-step cost is fitted on the `fit` p5 sweeps only
-(``NET_STEP_US["efa"]``) and multiplies the call's sequential network steps.
+NCCL's tuning prices the network with its own InfiniBand verbs latencies; its verbs
+transport drives InfiniBand and RoCE alike, so neither adds anything. Over EFA (the
+aws-ofi-nccl plugin) a ring step takes at least ``RING_STEP_FLOOR_US["efa"]`` and each
+network level of a tree stores and forwards its first chunk (NCCL's chunking) with
+``NET_LEVEL_US["efa"]`` more; both are fitted on the `fit` p5 sweeps only.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import math
 
 import pytest
 
@@ -17,63 +20,85 @@ from simharness.topology.calibration import (
     DEFAULT_PATH,
     class_summaries,
     evaluate,
-    fit_net_step_us,
+    fit_net_pipeline,
     load_points,
     network_class,
 )
 from simharness.topology.cost import predict
-from simharness.topology.nccl_ramp import NET_STEP_US, net_steps
+from simharness.topology.net_pipeline import (
+    NET_LEVEL_US,
+    RING_STEP_FLOOR_US,
+    ring_chunk_bytes,
+    tree_ll128_chunk,
+)
 
 POINTS = load_points(DEFAULT_PATH)
+FLOOR, LEVEL = RING_STEP_FLOOR_US["efa"], NET_LEVEL_US["efa"]
 
 
-def test_efa_adds_its_per_step_cost_to_the_pipeline_by_hand():
-    """64 MiB all-reduce on 2 p5 instances (16 GPUs): NCCL picks NVLSTree, which crosses
-    the network up and down one tree level (2 steps); EFA adds 2 x 113 us, the same call
-    on Azure's NDR InfiniBand adds nothing, and NCCL's own figures are the same."""
-    size = 64 << 20
-    efa = predict(load_cluster("aws-p5", 2), range(16), "all_reduce", size)
-    ib = predict(load_cluster("azure-nd-h100-v5", 2), range(16), "all_reduce", size)
-    assert efa.pick == ib.pick == "nvls_tree/simple"
-    assert (efa.latency_us, efa.algbw_gb_per_s) == (ib.latency_us, ib.algbw_gb_per_s)
-    assert NET_STEP_US["efa"] == 113.0
-    assert efa.transport_us == 2 * 113.0 and ib.transport_us == 0.0
-    fill = ib.ramp_us   # NVLSTree's own pipeline fill (no transport term on InfiniBand)
-    nccl = efa.latency_us + size / (1000 * efa.algbw_gb_per_s)
-    assert efa.time_us == pytest.approx(nccl + fill + 226.0)
-    assert efa.time_us - ib.time_us == pytest.approx(226.0)
+def test_nccls_buffers_give_the_chunks():
+    # Simple: 4 MiB / NCCL_STEPS = 512 KiB steps, 4 steps a chunk; LL128: 120 x 640 x 8 x 8 B
+    # / 8 steps, 15 of 16 words data; LL: 8 x 512 x 8 x 16 B / 8 steps, half data
+    assert ring_chunk_bytes("simple") == 4 * 512 * 1024
+    assert ring_chunk_bytes("ll128") == 120 * 640 * 8 * 15 / 16
+    assert ring_chunk_bytes("ll") == 8 * 512 * 16 / 2
+    # Tree/LL128 on 16 x 8 GPUs: nstepsLL128 = 1 + 4 + 0.8; 32 MiB over 16 channels halves
+    # 576000 B while size / (16 x chunk) < 5.8 x 64 / 8 and chunk > 128 KiB: 72000 B
+    assert tree_ll128_chunk(32 << 20, 16, 128, 16) == 72000
+    assert tree_ll128_chunk(128 << 20, 16, 128, 16) == 144000
 
 
-def test_a_ring_pays_the_step_cost_on_every_network_crossing():
-    c = load_cluster("aws-p5", 4)
-    ring = predict(c, range(32), "all_reduce", 64 << 20, algo="ring", proto="simple")
-    assert ring.transport_us == 2 * (4 - 1) * NET_STEP_US["efa"]
-    ag = predict(c, range(0, 32, 8), "all_gather", 64 << 20, algo="ring")
-    assert ag.transport_us == (4 - 1) * NET_STEP_US["efa"]
-    one_node = predict(load_cluster("aws-p5", 1), range(8), "all_reduce", 64 << 20)
-    assert one_node.transport_us == 0.0
-    assert net_steps("all_reduce", "collnet_chain", 8) == 0
+def test_a_ring_on_efa_pays_the_step_floor_by_hand():
+    """1 GiB all-reduce on 4 p5 (the tuner's Ring/LL128): loops = ceil(1 GiB / (16 ch x
+    32 ranks x 576000 B)) = 4, 4 x 62 = 248 steps; a step's share of size / bw, raised to
+    the floor, is what the ring adds."""
+    est = predict(load_cluster("aws-p5", 4), range(32), "all_reduce", 1 << 30)
+    assert est.pick == "ring/ll128" and est.n_channels == 16
+    t = est.net_terms
+    assert t.ring_steps == 4 * 62 and t.levels == 0
+    step = (1 << 30) / (est.algbw_gb_per_s * 1e3) / 248
+    assert t.ring_step_us == pytest.approx(step)
+    assert est.transport_us == pytest.approx(248 * max(0.0, FLOOR - step))
+    # 64 MiB: one partly filled loop of 62 steps, each below the floor
+    small = predict(load_cluster("aws-p5", 4), range(32), "all_reduce", 64 << 20)
+    assert small.net_terms.ring_steps == 62 and small.net_terms.ring_step_us < FLOOR
+    assert small.transport_us == pytest.approx(62 * (FLOOR - small.net_terms.ring_step_us))
 
 
-def test_roce_is_priced_as_infiniband():
+def test_a_tree_on_efa_pays_each_level_by_hand():
+    """32 MiB all-reduce on 16 p5 (the tuner's Tree/LL128): 2 x log2(16) = 8 network levels,
+    each the level constant plus one 72000 B chunk at a channel's rate."""
+    est = predict(load_cluster("aws-p5", 16), range(128), "all_reduce", 32 << 20)
+    assert est.pick == "tree/ll128"
+    chunk_us = 72000 * est.n_channels / (est.algbw_gb_per_s * 1e3)
+    assert est.net_terms.levels == 8
+    assert est.transport_us == pytest.approx(8 * (LEVEL + chunk_us))
+
+
+def test_infiniband_and_roce_add_nothing():
     size = 256 << 20
     roce = predict(load_cluster("gcp-a3-ultra", 2), range(16), "all_reduce", size)
     ib = predict(load_cluster("azure-nd-h200-v5", 2), range(16), "all_reduce", size)
-    assert roce.transport_us == 0.0 and roce.time_us == pytest.approx(ib.time_us)
+    assert roce.transport_us == 0.0 and ib.transport_us == 0.0
+    assert roce.time_us == pytest.approx(ib.time_us)
+    one_node = predict(load_cluster("aws-p5", 1), range(8), "all_reduce", 64 << 20)
+    assert one_node.transport_us == 0.0
 
 
-def test_the_efa_step_cost_is_fitted_on_fit_sweeps_only():
-    assert fit_net_step_us(POINTS) == NET_STEP_US["efa"]
+def test_the_efa_constants_are_fitted_on_fit_sweeps_only():
+    assert fit_net_pipeline(POINTS) == (FLOOR, LEVEL)
     # a held-out point changed beyond reason moves nothing
     moved = [dataclasses.replace(p, busbw=p.busbw / 10) if p.split == "heldout" and
              p.busbw is not None else p for p in POINTS]
-    assert fit_net_step_us(moved) == NET_STEP_US["efa"]
-    # ... while the fit sweeps do set it
+    assert fit_net_pipeline(moved) == (FLOOR, LEVEL)
+    # ... while the fit sweeps do set them
     slower = [dataclasses.replace(p, busbw=p.busbw / 2) if p.split == "fit" and
               p.sweep.startswith("aws-p5") else p for p in POINTS]
-    assert fit_net_step_us(slower) > NET_STEP_US["efa"]
+    floor, level = fit_net_pipeline(slower)
+    assert level > LEVEL and floor >= FLOOR
     fit_sweeps = {p.sweep for p in POINTS if p.sweep.startswith("aws-p5") and p.split == "fit"}
     assert fit_sweeps == {"aws-p5-efa-ar-2n", "aws-p5-efa-ar-16n"}
+    assert math.isfinite(FLOOR) and 0 < FLOOR < 60 and 0 < LEVEL < 300  # inside the grids
 
 
 def test_points_are_classed_by_their_network():
@@ -84,14 +109,16 @@ def test_points_are_classed_by_their_network():
     assert network_class(by_id["nvl72-ar-1g"]) == "NVLink blackwell"   # one NVL72 rack
 
 
-def test_the_held_out_report_per_class_keeps_the_earlier_figures():
-    """Issue 15's held-out figures (131 of 136 on NVLink and InfiniBand) do not get worse
-    now that EFA is priced; the EFA class is reported on its own."""
+def test_the_held_out_report_per_class_does_not_regress():
+    """The held-out figures on NVLink and InfiniBand (131 of 136) do not get worse with the
+    EFA pipeline and tuner (they add nothing there); on EFA the model reaches 23 of 27
+    (the misses are explained in the data file)."""
     held = [evaluate(p) for p in POINTS if p.split == "heldout"]
     classes = {c.network: c for c in class_summaries(held)}
     others = [c for name, c in classes.items() if not name.startswith("EFA")]
     assert sum(c.all.n for c in others) == 136
     assert sum(c.all.within for c in others) >= 131
     efa = classes["EFA hopper"].all
-    assert efa.n == 27 and efa.within >= 19
+    assert efa.n == 27 and efa.within >= 23
+    assert 0.92 <= efa.median_speed <= 1.08
     assert sum(b.n for b in classes["EFA hopper"].bands) == 27

@@ -266,9 +266,11 @@ def test_explain_says_what_a_fabric_changes_in_nccl():
 
     efa = fabric("aws-p5")
     assert "EFA through a net plugin" in efa and "aws-ofi-nccl" in efa
-    assert "tuner plugin" in efa and "NOT modelled" in efa
+    assert "tuner plugin" in efa and "region tuner for p5/p5e MODELLED" in efa
+    assert "FITTED" in efa and "not checked" in efa   # what is fitted, where it is unchecked
     roce = fabric("gcp-a3-ultra")
     assert "RoCE" in roce and "lossless" in roce and "gIB" in roce
+    assert "NOT modelled" in roce   # gIB's tuner configuration is named, not modelled
     azure = fabric("azure-nd-h100-v5")
     assert "tuner plugin" not in azure and "net plugin" not in azure
     assert "InfiniBand through NCCL's own IB verbs" in fabric("azure-nd-h100-v5")
