@@ -55,7 +55,7 @@ LL128_DATA = 15 / 16                        # NCCL_LL128_DATAELEMS / NCCL_LL128_
 PIPELINE_TRANSPORTS = ("efa",)
 # Shortest time of one ring step over the network, us (FITTED on the `fit` sweeps, see
 # the module docstring); 0 where NCCL's own constants describe the transport.
-RING_STEP_FLOOR_US = {"infiniband": 0.0, "roce": 0.0, "efa": 16.5}
+RING_STEP_FLOOR_US = {"infiniband": 0.0, "roce": 0.0, "efa": 10.2}
 # Store-and-forward cost of one network level of a tree pipeline, us, beyond the chunk's
 # own transfer (FITTED on the `fit` sweeps); 0 where NCCL's own constants hold.
 NET_LEVEL_US = {"infiniband": 0.0, "roce": 0.0, "efa": 52.0}
