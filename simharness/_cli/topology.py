@@ -164,8 +164,11 @@ def format_simulate(rep, cluster: Cluster, *, quiet: bool = False, explain: bool
             if (c.group, c.what) not in shown:  # the group's graph search and tuning table
                 shown.add((c.group, c.what))
                 out.extend(c.debug)
+            tuned = any(x.startswith("tuner plugin:") and "MODELLED" in x for x in c.debug)
             out.append(f"{c.what} {c.size_bytes / 1e6:.1f} MB: NCCL's table for {c.shape} "
-                       "(least time wins)")
+                       + ("(least time wins for NCCL's own tuner; with the tuner plugin, where "
+                          f"its regions decide, the pick is its own: here {c.pick})" if tuned
+                          else "(least time wins)"))
             out.append(_table(["algo/proto", "latency_us", "algbw_GB/s", "time_us"],
                               [list(o) for o in c.options], align="lrrr"))
     out.append("")

@@ -624,8 +624,10 @@ _TRANSPORT_NOTES = {
            "on the published p5 sweeps marked fit (no source gives them): a ring step takes "
            f"at least {RING_STEP_FLOOR_US['efa']:g} us, and each network level of a tree "
            f"stores and forwards its first chunk with {NET_LEVEL_US['efa']:g} us more; "
-           "checked on all-reduce from 32 MB to 8 GB (below 32 MB on EFA it is not checked "
-           "against any measurement); no SHARP/CollNet on EFA.",
+           "checked on published p5 all-reduce (32 MB-8 GB) and all-gather (32 MB-2 GB) "
+           "sweeps of 2-32 instances, where all-gather from 64 MB runs 10-50 % slower than "
+           "the model; below 32 MB on EFA it is not checked against any measurement; no "
+           "SHARP/CollNet on EFA.",
 }
 
 
