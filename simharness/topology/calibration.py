@@ -36,6 +36,7 @@ from .nccl_ramp import (
     launch_overhead_us,
 )
 from .nccl_tuning import DEFAULT_NCCL, bus_factor
+from .net_pipeline import RING_STEP_FORM
 
 DEFAULT_PATH = topology_dir() / "calibration" / "nccl_calibration.toml"
 BW_TOLERANCE = 0.15   # issue 8: +-15 % on bandwidth
@@ -236,21 +237,24 @@ FLOOR_GRID_US = np.arange(0, 601) / 10.0     # ring step floor: 0-60 us by 0.1 u
 LEVEL_GRID_US = np.arange(0, 301, dtype=float)  # tree level: 0-300 us by 1 us
 
 
-def fit_net_pipeline(points: list[CalPoint], transport: str = "efa") -> tuple[float, float]:
-    """``(RING_STEP_FLOOR_US, NET_LEVEL_US)`` of ``transport`` fitted on the ``fit``
-    points only, us.
+def _ring_step_cost(floor_us, step_us, form: str):
+    """What a ring step adds to its transfer: ``hypot(floor, x) - x`` or ``max(0, floor - x)``."""
+    if form == "max":
+        return np.maximum(0.0, floor_us - step_us)
+    return np.hypot(floor_us, step_us) - step_us
+
+
+def pipeline_fit(points: list[CalPoint], transport: str = "efa",
+                 form: str = RING_STEP_FORM) -> tuple[float, float, float]:
+    """``(floor, level, cost)``: the pipeline constants of ``transport`` fitted on the
+    ``fit`` points only with the ring step ``form`` (``"hypot"``, the model's, or
+    ``"max"``), and the least sum of squared log(predicted / measured time) reached.
 
     Over every point with ``split == "fit"`` on a topology whose network is
-    ``transport`` and that crosses it, the pair that minimises the sum of squared
-    log(predicted / measured time), predicted = the model's time without the pipeline
-    cost + :meth:`.net_pipeline.PipelineTerms.cost_us` (the pick is unchanged: NCCL's
-    tuner and the plugin's do not see it); grids :data:`FLOOR_GRID_US` x
-    :data:`LEVEL_GRID_US`. Held-out points are ignored, whatever they say.
-
-    >>> from simharness.topology.net_pipeline import NET_LEVEL_US, RING_STEP_FLOOR_US
-    >>> fit_net_pipeline(load_points(DEFAULT_PATH)) == (RING_STEP_FLOOR_US["efa"],
-    ...                                                 NET_LEVEL_US["efa"])
-    True
+    ``transport`` and that crosses it, predicted = the model's time without the pipeline
+    cost + the pipeline cost (the pick is unchanged: NCCL's tuner and the plugin's do not
+    see it); grids :data:`FLOOR_GRID_US` x :data:`LEVEL_GRID_US`. Held-out points are
+    ignored, whatever they say.
     """
     rows = []
     for p in points:
@@ -274,12 +278,25 @@ def fit_net_pipeline(points: list[CalPoint], transport: str = "efa") -> tuple[fl
                             "pipeline constants on")
     base, steps, step_us, levels, chunk_us, meas = (np.array(x, dtype=float)
                                                     for x in zip(*rows, strict=True))
-    ring = steps * np.maximum(0.0, FLOOR_GRID_US[:, None] - step_us[None, :])  # (F, P)
-    tree = levels * (LEVEL_GRID_US[:, None] + chunk_us[None, :])            # (L, P)
+    ring = steps * _ring_step_cost(FLOOR_GRID_US[:, None], step_us[None, :], form)  # (F, P)
+    tree = levels * (LEVEL_GRID_US[:, None] + chunk_us[None, :])                    # (L, P)
     pred = base[None, None, :] + ring[:, None, :] + tree[None, :, :]
     cost = (np.log(pred / meas) ** 2).sum(axis=2)
     fi, li = np.unravel_index(int(np.argmin(cost)), cost.shape)
-    return float(FLOOR_GRID_US[fi]), float(LEVEL_GRID_US[li])
+    return float(FLOOR_GRID_US[fi]), float(LEVEL_GRID_US[li]), float(cost[fi, li])
+
+
+def fit_net_pipeline(points: list[CalPoint], transport: str = "efa") -> tuple[float, float]:
+    """``(RING_STEP_FLOOR_US, NET_LEVEL_US)`` of ``transport`` fitted on the ``fit``
+    points only, us (:func:`pipeline_fit` with the model's ring step form).
+
+    >>> from simharness.topology.net_pipeline import NET_LEVEL_US, RING_STEP_FLOOR_US
+    >>> fit_net_pipeline(load_points(DEFAULT_PATH)) == (RING_STEP_FLOOR_US["efa"],
+    ...                                                 NET_LEVEL_US["efa"])
+    True
+    """
+    floor, level, _ = pipeline_fit(points, transport)
+    return floor, level
 
 
 @dataclass(frozen=True)

@@ -23,6 +23,7 @@ from simharness.topology.calibration import (
     fit_net_pipeline,
     load_points,
     network_class,
+    pipeline_fit,
 )
 from simharness.topology.cost import predict
 from simharness.topology.net_pipeline import (
@@ -58,11 +59,12 @@ def test_a_ring_on_efa_pays_the_step_floor_by_hand():
     assert t.ring_steps == 4 * 62 and t.levels == 0
     step = (1 << 30) / (est.algbw_gb_per_s * 1e3) / 248
     assert t.ring_step_us == pytest.approx(step)
-    assert est.transport_us == pytest.approx(248 * max(0.0, FLOOR - step))
-    # 64 MiB: one partly filled loop of 62 steps, each below the floor
+    assert est.transport_us == pytest.approx(248 * (math.hypot(FLOOR, step) - step))
+    # 64 MiB: one partly filled loop of 62 steps, each shorter than the floor
     small = predict(load_cluster("aws-p5", 4), range(32), "all_reduce", 64 << 20)
-    assert small.net_terms.ring_steps == 62 and small.net_terms.ring_step_us < FLOOR
-    assert small.transport_us == pytest.approx(62 * (FLOOR - small.net_terms.ring_step_us))
+    x = small.net_terms.ring_step_us
+    assert small.net_terms.ring_steps == 62 and x < FLOOR
+    assert small.transport_us == pytest.approx(62 * (math.hypot(FLOOR, x) - x))
 
 
 def test_a_tree_on_efa_pays_each_level_by_hand():
@@ -100,6 +102,14 @@ def test_the_efa_constants_are_fitted_on_fit_sweeps_only():
     assert fit_sweeps == {"aws-p5-efa-ar-2n", "aws-p5-efa-ar-16n", "aws-p5-efa-ag-2n",
                           "aws-p5-efa-ag-16n"}
     assert math.isfinite(FLOOR) and 0 < FLOOR < 60 and 0 < LEVEL < 300  # inside the grids
+
+
+def test_the_ring_step_form_is_the_one_the_fit_sweeps_prefer():
+    """sqrt(floor^2 + x^2) against max(floor, x), each with its own constants fitted on the
+    fit sweeps only: the model's form fits them better."""
+    floor, level, cost = pipeline_fit(POINTS, form="hypot")
+    _, _, cost_max = pipeline_fit(POINTS, form="max")
+    assert (floor, level) == (FLOOR, LEVEL) and cost < cost_max
 
 
 def test_points_are_classed_by_their_network():
