@@ -124,13 +124,13 @@ def test_the_held_out_report_per_class_does_not_regress():
     """The held-out figures on NVLink and InfiniBand (131 of 136) do not get worse with the
     EFA pipeline and tuner (they add nothing there). On EFA the all-reduce sweeps reach
     25 of 27 (the two NVLSTree misses on 32 instances are explained in the data file);
-    the all-gather sweeps are reported in the same class, with their misses explained."""
+    with the all-gather sweeps, 42 of 48 (their misses explained too)."""
     held = [evaluate(p) for p in POINTS if p.split == "heldout"]
     classes = {c.network: c for c in class_summaries(held)}
     others = [c for name, c in classes.items() if not name.startswith("EFA")]
     assert sum(c.all.n for c in others) == 136
     assert sum(c.all.within for c in others) >= 131
-    assert classes["EFA hopper"].all.n == 48
+    assert classes["EFA hopper"].all.n == 48 and classes["EFA hopper"].all.within >= 42
     assert sum(b.n for b in classes["EFA hopper"].bands) == 48
     ar = class_summaries([r for r in held if r.point.sweep.startswith("aws-p5-efa-ar")])
     assert len(ar) == 1 and ar[0].all.n == 27 and ar[0].all.within >= 25
