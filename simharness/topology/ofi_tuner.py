@@ -47,6 +47,7 @@ True
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Iterable
 from fractions import Fraction
 
@@ -150,6 +151,15 @@ _P5_1PPN = {
 }
 
 
+def _exact(table: tuple) -> tuple:
+    """The polygons with their vertices as exact fractions (converted once)."""
+    return tuple((a, p, tuple((Fraction(x), Fraction(y)) for x, y in vs)) for a, p, vs in table)
+
+
+_P5_AR_8PPN, _P5_AR_2PPN = _exact(_P5_AR_8PPN), _exact(_P5_AR_2PPN)
+_P5_1PPN = {k: _exact(v) for k, v in _P5_1PPN.items()}
+
+
 def regions(collective: str, n_ranks: int, n_nodes: int) -> tuple:
     """The p5 / p5e polygons for one communicator shape, in the plugin's order; empty
     where the plugin has none (NCCL's own tuner decides): 8, 2 or 1 ranks per node for
@@ -180,7 +190,8 @@ def inside(point: tuple[float, float], vertices: Iterable) -> bool:
     (True, True, False)
     """
     p = (Fraction(point[0]), Fraction(point[1]))
-    vs = [(Fraction(x), Fraction(y)) for x, y in vertices]
+    vs = [v if isinstance(v[0], Fraction) else (Fraction(v[0]), Fraction(v[1]))
+          for v in vertices]
     n = len(vs)
     if any(_on_segment(p, vs[i], vs[(i + 1) % n]) for i in range(n)):
         return True
@@ -205,7 +216,13 @@ def region_pick(collective: str, size_bytes: float, n_ranks: int, n_nodes: int,
     """
     if n_nodes <= 2:
         return None
-    allowed = None if enabled is None else set(enabled)
+    return _pick(collective, float(size_bytes), n_ranks, n_nodes,
+                 None if enabled is None else frozenset(enabled))
+
+
+@functools.lru_cache(maxsize=4096)
+def _pick(collective: str, size_bytes: float, n_ranks: int, n_nodes: int,
+          allowed: frozenset | None) -> tuple[str, str] | None:
     point = (size_bytes, n_ranks)
     for algo, proto, vertices in regions(collective, n_ranks, n_nodes):
         if allowed is not None and (algo, proto) not in allowed:
