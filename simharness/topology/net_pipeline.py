@@ -6,7 +6,8 @@ reaches the NIC through a net plugin (aws-ofi-nccl) and its proxy thread: the GP
 fills a step of a connection's FIFO (``NCCL_STEPS`` = 8 slots), the proxy posts it to
 the NIC, the peer's proxy sees the completion and hands it to its GPU. What that adds
 depends on how NCCL cuts the call into steps, which this module takes from NCCL's
-source (v2.28.3-1; 2.27 is the same here):
+source (``calcCollChunking``, ``src/enqueue.cc:2006-2111`` at v2.28.3-1; the same rules at
+v2.27.7-1, lines 1985-2090):
 
 - buffers: ``buffSizes[proto] / NCCL_STEPS`` bytes per step (``calcCollChunking``,
   ``src/enqueue.cc``): Simple 4 MiB (``DEFAULT_BUFFSIZE``), LL 8 x 512 x 8 x 16 B,
@@ -36,6 +37,12 @@ transport, on the calibration sweeps marked ``fit`` only: :func:`.calibration.fi
 
 On InfiniBand and RoCE both constants are 0: NCCL's own latencies and
 ``treeCorrectionFactor`` were measured on its verbs transport and already hold this.
+
+What the pipeline takes as given: GPUDirect RDMA to the NIC (p5's EFA supports it), with no
+receive flush (NCCL skips it on Hopper unless the plugin forces it: ``ncclTopoNeedFlush``,
+``src/graph/paths.cc:492-502``); PXN changes no route with one NIC per GPU (p5); the
+channels per NIC are the graph's (16 channels over 8 NICs). ``NCCL_BUFFSIZE`` is priced at
+its default (4 MiB); a larger one only lengthens Simple's chunk.
 """
 
 from __future__ import annotations
