@@ -55,7 +55,7 @@ reduce-scatter with one GPU per node; LL128 per :func:`_ll128_enabled` (2.23:
 not on Blackwell).
 
 Not modelled (documented limits): aggregation of several operations in one
-group, tuner plugins, user ``NCCL_ALGO``/``NCCL_PROTO`` overrides other than
+group, tuner plugins other than aws-ofi-nccl's p5 region tuner (:mod:`.ofi_tuner`), user ``NCCL_ALGO``/``NCCL_PROTO`` overrides other than
 the ``algo``/``proto`` arguments.
 
 >>> shape = GroupShape(n_ranks=8, n_nodes=1, arch="hopper", intra_gb_per_s=370.8,
@@ -621,13 +621,13 @@ _TRANSPORT_NOTES = {
     "efa": "EFA through a net plugin (NCCL has no EFA transport): NCCL's network latencies "
            "as for InfiniBand, plus the proxy pipeline over EFA (net_pipeline.py): NCCL's "
            "chunking (buffer / NCCL_STEPS, loops, tree chunk rules) with two constants FITTED "
-           "on the published p5 sweeps marked fit (no source gives them): a ring step takes "
-           f"at least {RING_STEP_FLOOR_US['efa']:g} us, and each network level of a tree "
-           f"stores and forwards its first chunk with {NET_LEVEL_US['efa']:g} us more; "
-           "checked on published p5 all-reduce (32 MB-8 GB) and all-gather (32 MB-2 GB) "
-           "sweeps of 2-32 instances, where all-gather from 64 MB runs 10-50 % slower than "
-           "the model; below 32 MB on EFA it is not checked against any measurement; no "
-           "SHARP/CollNet on EFA.",
+           "on the published p5 sweeps marked fit (no source gives them): a ring step of "
+           f"transfer time x takes sqrt({RING_STEP_FLOOR_US['efa']:g}^2 + x^2) us, and each "
+           "network level of a tree stores and forwards its first chunk with "
+           f"{NET_LEVEL_US['efa']:g} us more; checked on published p5 all-reduce "
+           "(32 MB-8 GB) and all-gather (32 MB-2 GB) sweeps of 2-32 instances (the "
+           "all-gathers dip up to 1.5x below the model at 8-32 MB per rank); below 32 MB on "
+           "EFA it is not checked against any measurement; no SHARP/CollNet on EFA.",
 }
 
 
