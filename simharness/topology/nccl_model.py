@@ -55,8 +55,8 @@ reduce-scatter with one GPU per node; LL128 per :func:`_ll128_enabled` (2.23:
 not on Blackwell).
 
 Not modelled (documented limits): aggregation of several operations in one
-group, tuner plugins other than aws-ofi-nccl's p5 region tuner (:mod:`.ofi_tuner`), user ``NCCL_ALGO``/``NCCL_PROTO`` overrides other than
-the ``algo``/``proto`` arguments.
+group, tuner plugins other than aws-ofi-nccl's p5 region tuner (:mod:`.ofi_tuner`),
+user ``NCCL_ALGO``/``NCCL_PROTO`` overrides other than the ``algo``/``proto`` arguments.
 
 >>> shape = GroupShape(n_ranks=8, n_nodes=1, arch="hopper", intra_gb_per_s=370.8,
 ...                    ring_gb_per_s=370.8, nvls=True)
