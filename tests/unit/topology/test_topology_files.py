@@ -266,6 +266,11 @@ def test_gcp_a4_is_the_a3_ultra_fabric_with_the_b200_node():
     slow = predict(two, range(16), "all_gather", 2**30).time_us
     fast = predict(load_cluster("gcp-a3-ultra", 2), range(16), "all_gather", 2**30).time_us
     assert slow == pytest.approx(fast, rel=0.02)   # network-bound: same NICs, same time
+    from simharness.topology.cost import build_rings, shape_of
+    from simharness.topology.nccl_model import debug_lines
+    lines = debug_lines(shape_of(two, build_rings(two, [list(range(16))]), 0), "all_reduce")
+    fabric = "\n".join(lines[lines.index(next(x for x in lines if x.startswith("fabric"))):])
+    assert "RoCE" in fabric and "lossless" in fabric and "gIB" in fabric
 
 
 def test_the_a100_node_has_nvlink3_and_no_nvls():
