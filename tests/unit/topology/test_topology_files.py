@@ -3,6 +3,7 @@ malformed files fail with the file, the field and what was expected."""
 
 from __future__ import annotations
 
+import dataclasses
 import re
 import sys
 
@@ -30,7 +31,8 @@ SHIPPED = list_topologies()
 REQUIRED = {"dgx-h100", "dgx-h100-superpod", "dgx-h200-cluster", "hgx-a100-cluster",
             "gb200-nvl72", "gb200-nvl72-superpod", "cpu-loopback",
             # the fabrics users rent (issue 26)
-            "aws-p5", "gcp-a3-ultra", "azure-nd-h100-v5", "azure-nd-h200-v5", "dgx-a100"}
+            "aws-p5", "gcp-a3-ultra", "gcp-a4", "azure-nd-h100-v5", "azure-nd-h200-v5",
+            "dgx-a100"}
 
 
 def test_the_promised_topologies_ship():
@@ -226,6 +228,7 @@ def test_shipped_files_are_plain_toml_with_the_documented_sections():
 @pytest.mark.parametrize("name, transport, nics, gbit, sharp", [
     ("aws-p5", "efa", 8, 400, False),            # 32 x 100G EFA = one 400G NCCL device per GPU
     ("gcp-a3-ultra", "roce", 8, 400, False),     # 8 x CX-7 400G RoCE
+    ("gcp-a4", "roce", 8, 400, False),           # the same NICs as A3 Ultra (GCP documents both)
     ("azure-nd-h100-v5", "infiniband", 8, 400, False),
     ("azure-nd-h200-v5", "infiniband", 8, 400, False),
 ])
@@ -238,7 +241,7 @@ def test_cloud_fabrics_say_what_network_they_are(name, transport, nics, gbit, sh
 
 def test_every_network_constant_of_the_rented_fabrics_has_a_source_or_says_assumed():
     """Each `key = value` line of the network tables carries a comment (source or "assumed")."""
-    for name in ("aws-p5", "gcp-a3-ultra", "azure-nd-h100-v5", "azure-nd-h200-v5"):
+    for name in ("aws-p5", "gcp-a3-ultra", "gcp-a4", "azure-nd-h100-v5", "azure-nd-h200-v5"):
         text = (topology_dir() / f"{name}.toml").read_text()
         assert load_spec(name).references
         body = text.split("[scale_out]", 1)[1].split("[collective]", 1)[0]
@@ -246,6 +249,28 @@ def test_every_network_constant_of_the_rented_fabrics_has_a_source_or_says_assum
             if "=" in line and not line.startswith(("#", "[", "name ", "nic ", "net_plugin",
                                                      "tuner_plugin")):
                 assert "#" in line, f"{name}: {line!r} has no source"
+
+
+def test_gcp_a4_is_the_a3_ultra_fabric_with_the_b200_node():
+    """GCP documents one NIC arrangement for A4 and A3 Ultra; the node is a DGX B200's."""
+    a4, a3u, b200 = load_spec("gcp-a4"), load_spec("gcp-a3-ultra"), load_spec("dgx-b200")
+    def network(spec):   # every number of the fabric; the names and plugin notes aside
+        return dataclasses.replace(spec.scale_out, nic="", net_plugin="", tuner_plugin="")
+    assert network(a4) == network(a3u)
+    assert (a4.node, a4.scale_up) == (b200.node, b200.scale_up)
+    assert a4.node.arch == "blackwell" and a4.scale_up.nvls
+    # NVLink5 on the node, RoCE across: two A4 VMs ring over the network, NVLS inside one
+    from simharness.topology.cost import predict
+    one, two = load_cluster("gcp-a4", 1), load_cluster("gcp-a4", 2)
+    assert predict(one, range(8), "all_reduce", 2**30).pick.startswith("nvls/")
+    slow = predict(two, range(16), "all_gather", 2**30).time_us
+    fast = predict(load_cluster("gcp-a3-ultra", 2), range(16), "all_gather", 2**30).time_us
+    assert slow == pytest.approx(fast, rel=0.02)   # network-bound: same NICs, same time
+    from simharness.topology.cost import build_rings, shape_of
+    from simharness.topology.nccl_model import debug_lines
+    lines = debug_lines(shape_of(two, build_rings(two, [list(range(16))]), 0), "all_reduce")
+    fabric = "\n".join(lines[lines.index(next(x for x in lines if x.startswith("fabric"))):])
+    assert "RoCE" in fabric and "lossless" in fabric and "gIB" in fabric
 
 
 def test_the_a100_node_has_nvlink3_and_no_nvls():
