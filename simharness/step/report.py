@@ -112,6 +112,8 @@ class OverlapReport:
     reader_words: str = ""
     memory_words: str = ""
     memory_paid: bool = True
+    #: fsdp whose all-gathers all stay on the reduce-scatter's communicator: why
+    unused_words: str = ""
 
     @property
     def one(self) -> Timeline:
@@ -158,6 +160,8 @@ class OverlapReport:
             return ("nothing to overlap: the data-parallel groups have one rank (no collective "
                     f"traffic); the all-gather group would cost {mem}")
         if not self.ag_used:
+            if self.unused_words:
+                return f"no effect: {self.unused_words}; the flag costs {mem}"
             why = self.reader_words or DIST_OPT_WORDS
             return f"no effect for the distributed optimizer: {why}; the flag costs {mem}"
         lo, hi = self.gain_range_pct
@@ -334,7 +338,11 @@ def extra_memories(layout, spec, crow: Sequence[CollRow], combo, pr: Pricer, ncc
             lines.append(f"{kind}: {given_mb:g} MB (given)")
             continue
         lab = "exp_ag" if kind.startswith("ep_") else "dense_ag"
-        rows = [c for c in crow if c.what == ROLE_NAMES[lab]] if lab in pr.info else []
+        # only the all-gathers this communicator (or the group it twins) runs: with the
+        # all-gather on another group (--rs-kind tp) it runs nothing here
+        rows = [c for c in crow if c.what == ROLE_NAMES[lab]
+                and c.group.removesuffix("_ag") == kind.removesuffix("_ag")] \
+            if lab in pr.info else []
         algos = tuple(dict.fromkeys(c.pick.split("/")[0] for c in rows))
         shape = pr.price(lab, combo[lab], "ag", rows[0].size_bytes)[1] if rows else None
         mem = comm_memory(inputs or CommMemoryInputs(algos=algos, protocols=protocols),

@@ -204,7 +204,8 @@ def simulate(layout, placement: Placement, inputs: SimulateInputs) -> OverlapRep
         notes=tuple(notes), unknowns=model_unknowns(spec, "exp_rs" in jg.kind, hbm), hbm_share=hbm,
         latency_share=latency_share, shared_slowdown=slowdown,
         shared_slowdown_words=slowdown_words,
-        ag_used=schedule == "fsdp", has_traffic=bool(crow), reader_words=inputs.reader_words,
+        ag_used=schedule == "fsdp" and not jg.unused, unused_words=jg.unused,
+        has_traffic=bool(crow), reader_words=inputs.reader_words,
         memory_words=inputs.memory_words, memory_paid=inputs.memory_paid)
 
 
