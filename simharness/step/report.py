@@ -13,9 +13,12 @@ import math
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 
+import numpy as np
+
 from ..ag_readers import ag_reader_sentence
 from ..profiles import DEFAULT_MCORE
 from ..topology.comm_memory import CommMemoryInputs, comm_memory
+from ..topology.model_error import BandError, lookup, network_class_of
 from ..topology.nccl_model import debug_lines, tune
 from .engine import Timeline, Unit
 from .pricing import ROLE_COLLECTIVE, ROLE_NAMES, JobGroups, Pricer
@@ -62,6 +65,8 @@ class CollRow:
     shape: str = ""
     options: tuple = ()
     debug: tuple[str, ...] = ()   # NCCL_DEBUG=INFO GRAPH,TUNING lines of its group
+    #: the cost model's measured error for its group's network class and size band
+    error: BandError | None = None
 
 
 @dataclass(frozen=True)
@@ -114,6 +119,9 @@ class OverlapReport:
     memory_paid: bool = True
     #: fsdp whose all-gathers all stay on the reduce-scatter's communicator: why
     unused_words: str = ""
+    #: the gain (%) with every collective's time at the p10 and at the p90 of its class
+    #: and band's measured error, over every scenario; None: no collective has one
+    error_range_pct: tuple[float, float] | None = None
 
     @property
     def one(self) -> Timeline:
@@ -135,6 +143,25 @@ class OverlapReport:
     def gain_range_pct(self) -> tuple[float, float]:
         gains = [sc.gain_pct for sc in self.scenarios] or [self.gain_pct]
         return min(gains), max(gains)
+
+    @property
+    def model_errors(self) -> tuple[BandError, ...]:
+        """The distinct measured errors of the collectives (network class, size band)."""
+        seen = {(c.error.network, c.error.band): c.error for c in self.collectives if c.error}
+        return tuple(seen.values())
+
+    @property
+    def uncertainty(self) -> str:
+        """The gain under the cost model's measured error, and where that error comes from."""
+        errs = self.model_errors
+        if not errs:
+            return ""
+        where = "; ".join(e.words() for e in errs)
+        if self.error_range_pct is None:
+            return f"the cost model's error is not measured here ({where})"
+        lo, hi = self.error_range_pct
+        return (f"{lo:+.1f}% to {hi:+.1f}% with collective times anywhere in the cost "
+                f"model's measured error ({where})")
 
     @property
     def extra_communicators(self) -> int:
@@ -167,6 +194,12 @@ class OverlapReport:
         lo, hi = self.gain_range_pct
         rng = f"{lo:+.1f}% to {hi:+.1f}% of the step" if abs(hi - lo) >= 0.05 \
             else f"{lo:+.1f}% of the step"
+        if self.error_range_pct is not None:  # the sign must hold within the model's error
+            lo, hi = min(lo, self.error_range_pct[0]), max(hi, self.error_range_pct[1])
+        words = self._verdict_words(lo, hi, rng, mem)
+        return f"{words}; {self.uncertainty}" if self.uncertainty else words
+
+    def _verdict_words(self, lo: float, hi: float, rng: str, mem: str) -> str:
         eps = 0.05
         if lo > eps:
             reasons = []
@@ -210,6 +243,9 @@ class OverlapReport:
             "latency_share": self.latency_share, "shared_slowdown": self.shared_slowdown,
             "shared_slowdown_words": self.shared_slowdown_words,
             "cost_classes": self.cost_classes, "verdict": self.verdict,
+            "model_error": [e.to_dict() for e in self.model_errors],
+            "gain_range_with_model_error_pct": (list(self.error_range_pct)
+                                                if self.error_range_pct else None),
             "all_gather_readers": self.reader_words, "memory_case": self.memory_words,
             "memory_paid": self.memory_paid}
 
@@ -268,10 +304,14 @@ def collective_rows(units: Sequence[Unit], combo, pr: Pricer, jg: JobGroups,
         opts = tuple((e.pick, round(e.latency_us, 2), round(e.algbw_gb_per_s, 2),
                       round(e.time_us, 2))
                      for e in tune(shape, ROLE_COLLECTIVE[role], nccl=nccl).all_estimates(size))
-        rows.append(CollRow(ROLE_NAMES[lab], jg.kind[lab], int(pr.info[lab].groups.shape[1]),
+        k = pr.info[lab]
+        dev = k.rings.devices[int(k.class_first[combo[lab]])]
+        network = network_class_of(pr.cluster.spec, int(np.unique(pr.cluster.domain_of(dev)).size))
+        rows.append(CollRow(ROLE_NAMES[lab], jg.kind[lab], int(k.groups.shape[1]),
                             size, est.pick, int(est.n_channels), est.time_us * 1e-6, count,
                             (est.latency_us + est.ramp_us) * 1e-6, shape.describe(), opts,
-                            tuple(debug_lines(shape, ROLE_COLLECTIVE[role], nccl=nccl))))
+                            tuple(debug_lines(shape, ROLE_COLLECTIVE[role], nccl=nccl)),
+                            lookup(network, size)))
     return tuple(rows)
 
 
