@@ -22,6 +22,7 @@ from ..topology.model_error import BandError, lookup, network_class_of
 from ..topology.nccl_model import debug_lines, tune
 from .engine import Timeline, Unit
 from .pricing import ROLE_COLLECTIVE, ROLE_NAMES, JobGroups, Pricer
+from .schedules import WAVES
 
 # The words for the distributed optimizer when the caller passes none (the CLI passes the
 # sentence of the job's implementation and profile as ``reader_words``): said once, in
@@ -255,7 +256,10 @@ SCENARIO_WORDS = {
     "links shared": "collectives moving data at the same time split every link they both use "
                     "(max-min fair); compute runs at full speed",
     "links + SMs": "links shared, and compute slows by the SMs the running collectives' CTAs "
-                   "hold (one CTA per NCCL channel)",
+                   "hold (one CTA per NCCL channel), the SMs shared as a fluid",
+    WAVES: "links and SMs shared, and a unit whose largest GEMM's tiles "
+                                 "are known runs in waves of them over the SMs the "
+                                 "collectives leave (a last partial wave costs a whole one)",
     "links + SMs + one launch queue": "links and SMs shared, and every kernel launches in "
                                       "issue order through one hardware queue "
                                       "(CUDA_DEVICE_MAX_CONNECTIONS=1)",
@@ -269,6 +273,8 @@ def scenario_lines(scenarios: Sequence[Scenario]) -> list[str]:
     comes out faster than the one before it, why."""
     out = [f"{sc.name}: {SCENARIO_WORDS.get(sc.name, sc.name)}" for sc in scenarios]
     for prev, sc in zip(scenarios, scenarios[1:], strict=False):
+        if sc.name == WAVES:  # another way to share the SMs, not more sharing
+            continue
         for which, a, b, sa, sb in (
                 ("one communicator", prev.one_step_s, sc.one_step_s, prev.one_shared_s,
                  sc.one_shared_s),

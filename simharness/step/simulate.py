@@ -22,7 +22,7 @@ from ..topology.errors import TopologyError
 from ..topology.model_error import lookup, network_class_of
 from ..topology.nccl_tuning import DEFAULT_NCCL, nccl_version
 from ..topology.placement import Placement, place_layout
-from .compute import BACKWARD_OVER_FORWARD, check_number, compute_times
+from .compute import BACKWARD_OVER_FORWARD, check_number, compute_times, gemm_ctas
 from .engine import Coll, Timeline, Unit, run_units
 from .pricing import ROLE_NAMES, Pricer, job_groups
 from .report import (
@@ -144,7 +144,8 @@ def simulate(layout, placement: Placement, inputs: SimulateInputs) -> OverlapRep
                                   c, pr, sched)
              for st in stages for j, c in enumerate(combos[st.stage])}
     scen = sharing_scenarios(spec.node.sms, schedule == "dist-opt" if launch_queue is None
-                             else bool(launch_queue))
+                             else bool(launch_queue),
+                             any(gemm_ctas(*s.gemm) for st in stages for s in st.slots))
     results = _run_scenarios(scen, stages, combos, units, pr, jg)
     error_range = _error_range(scen, stages, combos, units, pr, jg)
     base = results[scen[0][0]]
@@ -163,7 +164,7 @@ def simulate(layout, placement: Placement, inputs: SimulateInputs) -> OverlapRep
                                .shared_s,
                                max(results[name].values(), key=lambda v: v[1].step_s)[1]
                                .shared_s)
-                      for name, _, _ in scen)
+                      for name, *_ in scen)
     worst = max(range(len(rows)), key=lambda i: rows[i].one.step_s)
     w_st, w_j = stages[worst].stage, base[stages[worst].stage][2]
     w_combo = combos[w_st][w_j]
@@ -204,16 +205,17 @@ _Results = dict[str, dict[int, tuple[Timeline, Timeline, int]]]
 def _run_scenarios(scen, stages, combos, units, pr: Pricer, jg) -> _Results:
     """Per scenario and stage: (one communicator, separate, index of the slowest combo)."""
     results: _Results = {}
-    for name, sm, single in scen:
+    for name, sm, single, waves in scen:
         results[name] = {}
         for st in stages:
             runs = []
             for j, combo in enumerate(combos[st.stage]):
                 keep = pr.keep_fn(combo)
                 one = run_units(units[(st.stage, j)], jg.one_q, keep, sm_per_cta=sm,
-                                single_queue=single)
+                                single_queue=single, waves=waves)
                 sep = one if jg.sep_q == jg.one_q else run_units(
-                    units[(st.stage, j)], jg.sep_q, keep, sm_per_cta=sm, single_queue=single)
+                    units[(st.stage, j)], jg.sep_q, keep, sm_per_cta=sm, single_queue=single,
+                    waves=waves)
                 runs.append((one, sep, j))
             slow = max(runs, key=lambda r: r[0].step_s)
             results[name][st.stage] = (slow[0], max((r[1] for r in runs),
@@ -263,7 +265,7 @@ def _error_range(scen, stages, combos, units, pr: Pricer, jg) -> tuple[float, fl
         if not cache or all(v is None for v in cache.values()):
             return None
         res = _run_scenarios(scen, stages, combos, sc_units, pr, jg)
-        gains += [_gain_pct(res[name]) for name, _, _ in scen]
+        gains += [_gain_pct(res[name]) for name, *_ in scen]
     return min(gains), max(gains)
 
 
