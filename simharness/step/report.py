@@ -195,13 +195,20 @@ class OverlapReport:
         lo, hi = self.gain_range_pct
         rng = f"{lo:+.1f}% to {hi:+.1f}% of the step" if abs(hi - lo) >= 0.05 \
             else f"{lo:+.1f}% of the step"
+        sharing = (lo, hi)
         if self.error_range_pct is not None:  # the sign must hold within the model's error
             lo, hi = min(lo, self.error_range_pct[0]), max(hi, self.error_range_pct[1])
-        words = self._verdict_words(lo, hi, rng, mem)
+        words = self._verdict_words(lo, hi, rng, mem, sharing)
         return f"{words}; {self.uncertainty}" if self.uncertainty else words
 
-    def _verdict_words(self, lo: float, hi: float, rng: str, mem: str) -> str:
+    def _verdict_words(self, lo: float, hi: float, rng: str, mem: str,
+                       sharing: tuple[float, float]) -> str:
         eps = 0.05
+
+        def depending(sign_from_sharing: bool, bound: str) -> str:
+            return ("depending on what the communicators share" if sign_from_sharing else
+                    f"over the sharing scenarios, {bound} within the cost model's measured "
+                    "error")
         if lo > eps:
             reasons = []
             if self.latency_share >= 0.2:
@@ -216,9 +223,11 @@ class OverlapReport:
             return (f"hurts: {rng} for {mem} (reduce-scatters take link bandwidth or SMs from "
                     "all-gathers the next unit waits for)")
         if lo < -eps:
-            return (f"may hurt: {rng} depending on what the communicators share, for {mem}")
+            return (f"may hurt: {rng} {depending(sharing[0] < -eps, f'down to {lo:+.1f}%')}, "
+                    f"for {mem}")
         if hi > eps:
-            return f"may help: {rng} depending on what the communicators share, for {mem}"
+            return (f"may help: {rng} {depending(sharing[1] > eps, f'up to {hi:+.1f}%')}, "
+                    f"for {mem}")
         why = ("communication is already hidden behind compute"
                if self.one.exposed_s <= 0.02 * self.one.step_s else
                "bandwidth-bound on links both collectives share"
