@@ -552,8 +552,7 @@ def stage_work(model: ModelSpec, split: tuple[tuple[range, ...], ...], *, tp: in
                                   toks * model.layer_flops_per_token(i, seq) / tp,
                                   (math.ceil(toks), fc1) if fc1 and toks else (0, 0)))
         if s == pp - 1 and model.vocab_size:
-            # its own weight unless tied to the embedding on the same stage
-            own = model.untie_embeddings_and_output_weights or pp > 1
+            own = model.untie_embeddings_and_output_weights or pp > 1  # else tied, same stage
             slots.append(Slot("output layer", len(chunks) - 1,
                               model.embedding_params() * bytes_per_param / tp if own else 0.0,
                               0.0, toks * 2.0 * model.embedding_params() / tp,
