@@ -183,11 +183,18 @@ def format_simulate(rep, cluster: Cluster, *, quiet: bool = False, explain: bool
     if not quiet:
         out.extend(scenario_lines(rep.scenarios))
     lo, hi = rep.gain_range_pct
-    out.append(f"gain of create_all_gather_group: {lo:.1f}% to {hi:.1f}% of the step "
+    gain = f"{lo:.1f}% to {hi:.1f}%" if abs(hi - lo) >= 0.05 else f"{lo:.1f}%"
+    out.append(f"gain of create_all_gather_group: {gain} of the step over the scenarios "
                f"(links only: {ms(rep.gain_s)} ms, slowest stage {w.stage}); memory: "
                f"+{rep.extra_memory_mb:.0f} MB per GPU ("
                + " + ".join(f"{k} {mb:.0f} MB" for k, mb in rep.comm_memories) + ")"
                + (f", {rep.memory_words}" if rep.memory_words else ""))
+    for e in rep.model_errors:
+        out.append(f"cost model error, {e.words()}")
+    if rep.error_range_pct is not None:
+        elo, ehi = rep.error_range_pct
+        out.append(f"gain with every collective as slow (p10) or as fast (p90) as that error "
+                   f"allows: {elo:+.1f}% to {ehi:+.1f}% of the step")
     if not quiet:
         out.extend(f"communicator memory, {line}" for line in rep.memory_lines)
         out.append("the model cannot know: " + "; ".join(rep.unknowns))

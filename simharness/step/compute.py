@@ -12,6 +12,23 @@ BACKWARD_OVER_FORWARD = 2.0  # backward = input grads + weight grads, 2x the for
 #: the most compute one microbatch may take on one pipeline stage (forward + backward): past
 #: an hour per microbatch the input is a unit slip (seconds for ms), not a training step
 MAX_STAGE_SECONDS = 3600.0
+#: output tile of one CTA of a bf16 GEMM, rows x columns; one CTA per SM at a time. Assumed:
+#: a large tile of Hopper/Ampere tensor-core GEMMs (CUTLASS's 128x256 and 256x128 shapes);
+#: cuBLAS picks its kernel per shape and does not publish the choice
+GEMM_TILE = (128, 256)
+
+
+def gemm_ctas(rows: int, cols: int) -> int:
+    """CTAs of a GEMM with a ``rows x cols`` output in :data:`GEMM_TILE` tiles (0: unknown).
+
+    The 8192^3 matmul of pytorch#172714 is 2,048 CTAs, 15.5 waves on an H100's 132 SMs:
+
+    >>> gemm_ctas(8192, 8192), gemm_ctas(0, 8192)
+    (2048, 0)
+    """
+    if rows <= 0 or cols <= 0:
+        return 0
+    return math.ceil(rows / GEMM_TILE[0]) * math.ceil(cols / GEMM_TILE[1])
 
 
 def check_number(name: str, value, *, positive: bool = False) -> None:

@@ -118,9 +118,9 @@ class _Engine:
 
     def __init__(self, units: Sequence[Unit], queue_of: Mapping[str, str],
                  keep: Callable[[str, frozenset[str]], float], sm_per_cta: float,
-                 single_queue: bool):
+                 single_queue: bool, waves: bool = True):
         self.units, self.queue_of, self.keep = units, queue_of, keep
-        self.sm_per_cta, self.single = sm_per_cta, single_queue
+        self.sm_per_cta, self.single, self.waves = sm_per_cta, single_queue, waves
         self.queues: dict[str, deque[tuple[Coll, int, int, bool]]] = {
             q: deque() for q in dict.fromkeys(queue_of.values())}
         self.running: dict[str, _InFlight | None] = {q: None for q in self.queues}
@@ -187,7 +187,8 @@ class _Engine:
         finish = {q: cur.value if cur.phase == "lat" else self.t + cur.value / rate[q]
                   for q, cur in busy.items()}
         held = sum(cur.coll.ctas for cur in busy.values())
-        unit_ctas = self.units[self.nxt].ctas if self.comp_left is not None else 0
+        unit_ctas = self.units[self.nxt].ctas if self.comp_left is not None and self.waves \
+            else 0
         speed = wave_speed(unit_ctas, round(1.0 / self.sm_per_cta), held) \
             if unit_ctas and self.sm_per_cta > 0 else max(1.0 - self.sm_per_cta * held, 1e-3)
         comp_end = None if self.comp_left is None else self.t + self.comp_left / speed
@@ -222,17 +223,17 @@ class _Engine:
 
 def run_units(units: Sequence[Unit], queue_of: Mapping[str, str],
               keep: Callable[[str, frozenset[str]], float], *, sm_per_cta: float = 0.0,
-              single_queue: bool = False) -> Timeline:
+              single_queue: bool = False, waves: bool = True) -> Timeline:
     """Discrete-event run of ``units`` on one rank.
 
     ``queue_of`` maps a group kind to its communicator (one FIFO each);
     ``keep(group, moving)`` is the share of its alone rate a collective on
     ``group`` keeps while the groups ``moving`` move data; ``sm_per_cta`` the
     share of the SMs one CTA holds; ``single_queue`` launches kernels in issue
-    order, compute included. The earliest event completes exactly at its time,
-    so the loop always advances.
+    order, compute included; ``waves`` False ignores the units' CTAs (SMs shared as a
+    fluid). The earliest event completes exactly at its time, so the loop always advances.
     """
-    e = _Engine(units, queue_of, keep, sm_per_cta, single_queue)
+    e = _Engine(units, queue_of, keep, sm_per_cta, single_queue, waves)
     while e.step():
         pass
     if e.nxt < len(units) or any(e.queues.values()):  # pragma: no cover - guards the loop

@@ -60,6 +60,8 @@ class JobGroups:
     groups: dict[str, np.ndarray]   # role label -> group rows
     one_q: dict[str, str]
     sep_q: dict[str, str]
+    #: why the separate all-gather communicator changes no queue here ("" when it does)
+    unused: str = ""
 
 
 def job_groups(layout, stages: Sequence[StageWork], schedule: str, rs_kind: str,
@@ -96,11 +98,20 @@ def job_groups(layout, stages: Sequence[StageWork], schedule: str, rs_kind: str,
     one_q = {lab: k.removesuffix("_ag") for lab, k in kind.items()}
     sep_q = dict(one_q)
     profile = getattr(layout, "profile", None)
+    # the flag adds dp_cp_ag: the dense all-gather leaves the reduce-scatter's communicator
+    # only on another group (the twin, or --ag-kind), or on dp_cp when the flag is off (what
+    # turning it on would buy); on the reduce-scatter's own group (--rs-kind tp) it stays
+    unused = ""
     if schedule == "fsdp":
-        sep_q["dense_ag"] = "dense_ag"
+        if dense_ag != rs_kind or (rs_kind == "dp_cp" and "dp_cp_ag" not in kinds):
+            sep_q["dense_ag"] = "dense_ag"
         if "exp_ag" in kind and (profile is None or bool(profile.expert_all_gather)):
             sep_q["exp_ag"] = "exp_ag"
-    return JobGroups(kind, groups, one_q, sep_q)
+        if sep_q == one_q:
+            unused = (f"the dense all-gather runs on the reduce-scatter's own group "
+                      f"({rs_kind}) and create_all_gather_group only adds dp_cp_ag, which "
+                      "nothing here uses")
+    return JobGroups(kind, groups, one_q, sep_q, unused)
 
 
 @dataclass

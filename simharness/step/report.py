@@ -13,12 +13,16 @@ import math
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 
+import numpy as np
+
 from ..ag_readers import ag_reader_sentence
 from ..profiles import DEFAULT_MCORE
 from ..topology.comm_memory import CommMemoryInputs, comm_memory
+from ..topology.model_error import BandError, lookup, network_class_of
 from ..topology.nccl_model import debug_lines, tune
 from .engine import Timeline, Unit
 from .pricing import ROLE_COLLECTIVE, ROLE_NAMES, JobGroups, Pricer
+from .schedules import WAVES
 
 # The words for the distributed optimizer when the caller passes none (the CLI passes the
 # sentence of the job's implementation and profile as ``reader_words``): said once, in
@@ -62,6 +66,8 @@ class CollRow:
     shape: str = ""
     options: tuple = ()
     debug: tuple[str, ...] = ()   # NCCL_DEBUG=INFO GRAPH,TUNING lines of its group
+    #: the cost model's measured error for its group's network class and size band
+    error: BandError | None = None
 
 
 @dataclass(frozen=True)
@@ -112,6 +118,11 @@ class OverlapReport:
     reader_words: str = ""
     memory_words: str = ""
     memory_paid: bool = True
+    #: fsdp whose all-gathers all stay on the reduce-scatter's communicator: why
+    unused_words: str = ""
+    #: the gain (%) with every collective's time at the p10 and at the p90 of its class
+    #: and band's measured error, over every scenario; None: no collective has one
+    error_range_pct: tuple[float, float] | None = None
 
     @property
     def one(self) -> Timeline:
@@ -133,6 +144,25 @@ class OverlapReport:
     def gain_range_pct(self) -> tuple[float, float]:
         gains = [sc.gain_pct for sc in self.scenarios] or [self.gain_pct]
         return min(gains), max(gains)
+
+    @property
+    def model_errors(self) -> tuple[BandError, ...]:
+        """The distinct measured errors of the collectives (network class, size band)."""
+        seen = {(c.error.network, c.error.band): c.error for c in self.collectives if c.error}
+        return tuple(seen.values())
+
+    @property
+    def uncertainty(self) -> str:
+        """The gain under the cost model's measured error, and where that error comes from."""
+        errs = self.model_errors
+        if not errs:
+            return ""
+        where = "; ".join(e.words() for e in errs)
+        if self.error_range_pct is None:
+            return f"the cost model's error is not measured here ({where})"
+        lo, hi = self.error_range_pct
+        return (f"{lo:+.1f}% to {hi:+.1f}% with collective times anywhere in the cost "
+                f"model's measured error ({where})")
 
     @property
     def extra_communicators(self) -> int:
@@ -158,12 +188,27 @@ class OverlapReport:
             return ("nothing to overlap: the data-parallel groups have one rank (no collective "
                     f"traffic); the all-gather group would cost {mem}")
         if not self.ag_used:
+            if self.unused_words:
+                return f"no effect: {self.unused_words}; the flag costs {mem}"
             why = self.reader_words or DIST_OPT_WORDS
             return f"no effect for the distributed optimizer: {why}; the flag costs {mem}"
         lo, hi = self.gain_range_pct
         rng = f"{lo:+.1f}% to {hi:+.1f}% of the step" if abs(hi - lo) >= 0.05 \
             else f"{lo:+.1f}% of the step"
+        sharing = (lo, hi)
+        if self.error_range_pct is not None:  # the sign must hold within the model's error
+            lo, hi = min(lo, self.error_range_pct[0]), max(hi, self.error_range_pct[1])
+        words = self._verdict_words(lo, hi, rng, mem, sharing)
+        return f"{words}; {self.uncertainty}" if self.uncertainty else words
+
+    def _verdict_words(self, lo: float, hi: float, rng: str, mem: str,
+                       sharing: tuple[float, float]) -> str:
         eps = 0.05
+
+        def depending(sign_from_sharing: bool, bound: str) -> str:
+            return ("depending on what the communicators share" if sign_from_sharing else
+                    f"over the sharing scenarios, {bound} within the cost model's measured "
+                    "error")
         if lo > eps:
             reasons = []
             if self.latency_share >= 0.2:
@@ -178,9 +223,11 @@ class OverlapReport:
             return (f"hurts: {rng} for {mem} (reduce-scatters take link bandwidth or SMs from "
                     "all-gathers the next unit waits for)")
         if lo < -eps:
-            return (f"may hurt: {rng} depending on what the communicators share, for {mem}")
+            return (f"may hurt: {rng} {depending(sharing[0] < -eps, f'down to {lo:+.1f}%')}, "
+                    f"for {mem}")
         if hi > eps:
-            return f"may help: {rng} depending on what the communicators share, for {mem}"
+            return (f"may help: {rng} {depending(sharing[1] > eps, f'up to {hi:+.1f}%')}, "
+                    f"for {mem}")
         why = ("communication is already hidden behind compute"
                if self.one.exposed_s <= 0.02 * self.one.step_s else
                "bandwidth-bound on links both collectives share"
@@ -206,6 +253,9 @@ class OverlapReport:
             "latency_share": self.latency_share, "shared_slowdown": self.shared_slowdown,
             "shared_slowdown_words": self.shared_slowdown_words,
             "cost_classes": self.cost_classes, "verdict": self.verdict,
+            "model_error": [e.to_dict() for e in self.model_errors],
+            "gain_range_with_model_error_pct": (list(self.error_range_pct)
+                                                if self.error_range_pct else None),
             "all_gather_readers": self.reader_words, "memory_case": self.memory_words,
             "memory_paid": self.memory_paid}
 
@@ -215,7 +265,10 @@ SCENARIO_WORDS = {
     "links shared": "collectives moving data at the same time split every link they both use "
                     "(max-min fair); compute runs at full speed",
     "links + SMs": "links shared, and compute slows by the SMs the running collectives' CTAs "
-                   "hold (one CTA per NCCL channel)",
+                   "hold (one CTA per NCCL channel), the SMs shared as a fluid",
+    WAVES: "links and SMs shared, and a unit whose largest GEMM's tiles "
+                                 "are known runs in waves of them over the SMs the "
+                                 "collectives leave (a last partial wave costs a whole one)",
     "links + SMs + one launch queue": "links and SMs shared, and every kernel launches in "
                                       "issue order through one hardware queue "
                                       "(CUDA_DEVICE_MAX_CONNECTIONS=1)",
@@ -229,6 +282,8 @@ def scenario_lines(scenarios: Sequence[Scenario]) -> list[str]:
     comes out faster than the one before it, why."""
     out = [f"{sc.name}: {SCENARIO_WORDS.get(sc.name, sc.name)}" for sc in scenarios]
     for prev, sc in zip(scenarios, scenarios[1:], strict=False):
+        if sc.name == WAVES:  # another way to share the SMs, not more sharing
+            continue
         for which, a, b, sa, sb in (
                 ("one communicator", prev.one_step_s, sc.one_step_s, prev.one_shared_s,
                  sc.one_shared_s),
@@ -264,10 +319,14 @@ def collective_rows(units: Sequence[Unit], combo, pr: Pricer, jg: JobGroups,
         opts = tuple((e.pick, round(e.latency_us, 2), round(e.algbw_gb_per_s, 2),
                       round(e.time_us, 2))
                      for e in tune(shape, ROLE_COLLECTIVE[role], nccl=nccl).all_estimates(size))
-        rows.append(CollRow(ROLE_NAMES[lab], jg.kind[lab], int(pr.info[lab].groups.shape[1]),
+        k = pr.info[lab]
+        dev = k.rings.devices[int(k.class_first[combo[lab]])]
+        network = network_class_of(pr.cluster.spec, int(np.unique(pr.cluster.domain_of(dev)).size))
+        rows.append(CollRow(ROLE_NAMES[lab], jg.kind[lab], int(k.groups.shape[1]),
                             size, est.pick, int(est.n_channels), est.time_us * 1e-6, count,
                             (est.latency_us + est.ramp_us) * 1e-6, shape.describe(), opts,
-                            tuple(debug_lines(shape, ROLE_COLLECTIVE[role], nccl=nccl))))
+                            tuple(debug_lines(shape, ROLE_COLLECTIVE[role], nccl=nccl)),
+                            lookup(network, size)))
     return tuple(rows)
 
 
@@ -334,7 +393,11 @@ def extra_memories(layout, spec, crow: Sequence[CollRow], combo, pr: Pricer, ncc
             lines.append(f"{kind}: {given_mb:g} MB (given)")
             continue
         lab = "exp_ag" if kind.startswith("ep_") else "dense_ag"
-        rows = [c for c in crow if c.what == ROLE_NAMES[lab]] if lab in pr.info else []
+        # only the all-gathers this communicator (or the group it twins) runs: with the
+        # all-gather on another group (--rs-kind tp) it runs nothing here
+        rows = [c for c in crow if c.what == ROLE_NAMES[lab]
+                and c.group.removesuffix("_ag") == kind.removesuffix("_ag")] \
+            if lab in pr.info else []
         algos = tuple(dict.fromkeys(c.pick.split("/")[0] for c in rows))
         shape = pr.price(lab, combo[lab], "ag", rows[0].size_bytes)[1] if rows else None
         mem = comm_memory(inputs or CommMemoryInputs(algos=algos, protocols=protocols),

@@ -33,12 +33,13 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from .compute import BACKWARD_OVER_FORWARD
+from .compute import BACKWARD_OVER_FORWARD, gemm_ctas
 from .engine import Coll, Unit
 from .pricing import Pricer
 from .workload import StageWork
 
 SCHEDULES = ("fsdp", "dist-opt")
+WAVES = "links + SMs in GEMM waves"  # the scenario where units run in waves of their CTAs
 
 
 def dp_buckets(unit_params: Sequence[float], bucket_params: float) -> list[list[int]]:
@@ -81,9 +82,11 @@ def fsdp_units(st: StageWork, fwd: list[float], combo, pr: Pricer,
     ag = [pair("dense_ag", "exp_ag", 1.0, slot) for slot in st.slots]
     rs = [pair("dense_rs", "exp_rs", s.grad_scale, slot) for slot in st.slots]
     n = len(st.slots)
-    units = [Unit(fwd[k], ag[k], (), k - 1) for k in range(n)]
+    ctas = [gemm_ctas(*slot.gemm) for slot in st.slots]
+    units = [Unit(fwd[k], ag[k], (), k - 1, ctas[k]) for k in range(n)]
     for k in reversed(range(n)):
-        units.append(Unit(fwd[k] * BACKWARD_OVER_FORWARD, ag[k], rs[k], len(units) - 1))
+        units.append(Unit(fwd[k] * BACKWARD_OVER_FORWARD, ag[k], rs[k], len(units) - 1,
+                          ctas[k]))
     return units
 
 
@@ -115,21 +118,26 @@ def dist_opt_units(st: StageWork, fwd: list[float], combo, pr: Pricer,
                     before[head].append((a, when))
                 if r := pr.coll(combo, f"{kind}_rs", size * s.grad_scale):
                     after[head].append(r)
-    units = [Unit(fwd[k], tuple(c for c, _ in before[k]), (), tuple(w for _, w in before[k]))
-             for k in range(n)]
-    units += [Unit(fwd[k] * BACKWARD_OVER_FORWARD, (), tuple(after[k]))
+    ctas = [gemm_ctas(*slot.gemm) for slot in st.slots]
+    units = [Unit(fwd[k], tuple(c for c, _ in before[k]), (), tuple(w for _, w in before[k]),
+                  ctas[k]) for k in range(n)]
+    units += [Unit(fwd[k] * BACKWARD_OVER_FORWARD, (), tuple(after[k]), ctas=ctas[k])
               for k in reversed(range(n))]
     return units
 
 
-def sharing_scenarios(sms: int | None, queue: bool) -> list[tuple[str, float, bool]]:
+def sharing_scenarios(sms: int | None, queue: bool,
+                      waves: bool = False) -> list[tuple[str, float, bool, bool]]:
     """The sharing assumptions to run, as (name, share of the SMs one CTA holds, one
-    launch queue): links always, SMs where the topology counts them, the launch queue
-    when asked."""
-    out = [("links shared", 0.0, False)]
+    launch queue, GEMM waves): links always, SMs where the topology counts them (as a
+    fluid, and, where units state their CTAs (``waves``), in waves of their GEMM
+    tiles), the launch queue when asked (with the SMs as the scenario before it)."""
+    out = [("links shared", 0.0, False, False)]
     if sms:
-        out.append(("links + SMs", 1.0 / sms, False))
+        out.append(("links + SMs", 1.0 / sms, False, False))
+        if waves:
+            out.append((WAVES, 1.0 / sms, False, True))
     if queue:
         out.append(("links + SMs + one launch queue" if sms else "links + one launch queue",
-                    1.0 / sms if sms else 0.0, True))
+                    1.0 / sms if sms else 0.0, True, bool(sms) and waves))
     return out

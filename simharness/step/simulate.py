@@ -12,17 +12,18 @@ once; the slowest rank sets a stage's step, the slowest stage the job's.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
 from ..topology.cluster import Cluster
 from ..topology.comm_memory import CommMemoryInputs
 from ..topology.errors import TopologyError
+from ..topology.model_error import lookup, network_class_of
 from ..topology.nccl_tuning import DEFAULT_NCCL, nccl_version
 from ..topology.placement import Placement, place_layout
-from .compute import BACKWARD_OVER_FORWARD, check_number, compute_times
-from .engine import Timeline, run_units
+from .compute import BACKWARD_OVER_FORWARD, check_number, compute_times, gemm_ctas
+from .engine import Coll, Timeline, Unit, run_units
 from .pricing import ROLE_NAMES, Pricer, job_groups
 from .report import (
     HBM_BYTES_PER_WIRE_BYTE,
@@ -143,22 +144,10 @@ def simulate(layout, placement: Placement, inputs: SimulateInputs) -> OverlapRep
                                   c, pr, sched)
              for st in stages for j, c in enumerate(combos[st.stage])}
     scen = sharing_scenarios(spec.node.sms, schedule == "dist-opt" if launch_queue is None
-                             else bool(launch_queue))
-    results: dict[str, dict[int, tuple[Timeline, Timeline, int]]] = {}
-    for name, sm, single in scen:
-        results[name] = {}
-        for st in stages:
-            runs = []
-            for j, combo in enumerate(combos[st.stage]):
-                keep = pr.keep_fn(combo)
-                one = run_units(units[(st.stage, j)], jg.one_q, keep, sm_per_cta=sm,
-                                single_queue=single)
-                sep = one if jg.sep_q == jg.one_q else run_units(
-                    units[(st.stage, j)], jg.sep_q, keep, sm_per_cta=sm, single_queue=single)
-                runs.append((one, sep, j))
-            slow = max(runs, key=lambda r: r[0].step_s)
-            results[name][st.stage] = (slow[0], max((r[1] for r in runs),
-                                                    key=lambda t: t.step_s), slow[2])
+                             else bool(launch_queue),
+                             any(gemm_ctas(*s.gemm) for st in stages for s in st.slots))
+    results = _run_scenarios(scen, stages, combos, units, pr, jg)
+    error_range = _error_range(scen, stages, combos, units, pr, jg)
     base = results[scen[0][0]]
     rows = tuple(StageRow(st.stage, tuple(len(r) for r in st.layers),
                           min((r.start for r in st.layers if len(r)), default=0),
@@ -175,7 +164,7 @@ def simulate(layout, placement: Placement, inputs: SimulateInputs) -> OverlapRep
                                .shared_s,
                                max(results[name].values(), key=lambda v: v[1].step_s)[1]
                                .shared_s)
-                      for name, _, _ in scen)
+                      for name, *_ in scen)
     worst = max(range(len(rows)), key=lambda i: rows[i].one.step_s)
     w_st, w_j = stages[worst].stage, base[stages[worst].stage][2]
     w_combo = combos[w_st][w_j]
@@ -204,8 +193,80 @@ def simulate(layout, placement: Placement, inputs: SimulateInputs) -> OverlapRep
         notes=tuple(notes), unknowns=model_unknowns(spec, "exp_rs" in jg.kind, hbm), hbm_share=hbm,
         latency_share=latency_share, shared_slowdown=slowdown,
         shared_slowdown_words=slowdown_words,
-        ag_used=schedule == "fsdp", has_traffic=bool(crow), reader_words=inputs.reader_words,
-        memory_words=inputs.memory_words, memory_paid=inputs.memory_paid)
+        ag_used=schedule == "fsdp" and not jg.unused, unused_words=jg.unused,
+        has_traffic=bool(crow), reader_words=inputs.reader_words,
+        memory_words=inputs.memory_words, memory_paid=inputs.memory_paid,
+        error_range_pct=error_range)
+
+
+_Results = dict[str, dict[int, tuple[Timeline, Timeline, int]]]
+
+
+def _run_scenarios(scen, stages, combos, units, pr: Pricer, jg) -> _Results:
+    """Per scenario and stage: (one communicator, separate, index of the slowest combo)."""
+    results: _Results = {}
+    for name, sm, single, waves in scen:
+        results[name] = {}
+        for st in stages:
+            runs = []
+            for j, combo in enumerate(combos[st.stage]):
+                keep = pr.keep_fn(combo)
+                one = run_units(units[(st.stage, j)], jg.one_q, keep, sm_per_cta=sm,
+                                single_queue=single, waves=waves)
+                sep = one if jg.sep_q == jg.one_q else run_units(
+                    units[(st.stage, j)], jg.sep_q, keep, sm_per_cta=sm, single_queue=single,
+                    waves=waves)
+                runs.append((one, sep, j))
+            slow = max(runs, key=lambda r: r[0].step_s)
+            results[name][st.stage] = (slow[0], max((r[1] for r in runs),
+                                                    key=lambda t: t.step_s), slow[2])
+    return results
+
+
+def _gain_pct(per_stage: dict[int, tuple[Timeline, Timeline, int]]) -> float:
+    one = max(v[0].step_s for v in per_stage.values())
+    sep = max(v[1].step_s for v in per_stage.values())
+    return 100.0 * (one - sep) / one if one else 0.0
+
+
+def _error_range(scen, stages, combos, units, pr: Pricer, jg) -> tuple[float, float] | None:
+    """The gain (%) with every collective's time divided by the p10 and by the p90 of its
+    network class and size band's time ratio (model / measured,
+    :mod:`simharness.topology.model_error`): the collectives as slow and as fast as the
+    model's held-out error allows, all in the same direction; min and max over those two
+    runs of every scenario. Collectives whose class and band have no measured error keep
+    their time. None when no collective has one."""
+    cache: dict[tuple[str, int, float], tuple[float, float] | None] = {}
+    spec = pr.cluster.spec
+
+    def ratios(combo, c: Coll) -> tuple[float, float] | None:
+        key = (c.group, combo[c.group], c.volume)
+        if key not in cache:
+            k = pr.info[c.group]
+            dev = k.rings.devices[int(k.class_first[combo[c.group]])]
+            err = lookup(network_class_of(spec, int(np.unique(pr.cluster.domain_of(dev)).size)),
+                         c.volume)
+            cache[key] = (err.p10, err.p90) if err.p10 is not None and err.p90 is not None \
+                else None
+        return cache[key]
+
+    def scaled(combo, us: list[Unit], which: int) -> list[Unit]:
+        def one(c: Coll) -> Coll:
+            r = ratios(combo, c)
+            return c if r is None else replace(c, alpha_s=c.alpha_s / r[which],
+                                               rate=c.rate * r[which])
+        return [replace(u, before=tuple(map(one, u.before)), after=tuple(map(one, u.after)))
+                for u in us]
+
+    gains = []
+    for which in (0, 1):
+        sc_units = {(st.stage, j): scaled(combo, units[(st.stage, j)], which)
+                    for st in stages for j, combo in enumerate(combos[st.stage])}
+        if not cache or all(v is None for v in cache.values()):
+            return None
+        res = _run_scenarios(scen, stages, combos, sc_units, pr, jg)
+        gains += [_gain_pct(res[name]) for name, *_ in scen]
+    return min(gains), max(gains)
 
 
 def _slowdown_words(keep, labels: list[str], kind: dict[str, str], slowdown: float) -> str:

@@ -489,13 +489,15 @@ def pipeline_split(num_layers: int, pp: int, *, vpp: int | None = None,
 @dataclass(frozen=True)
 class Slot:
     """One unit of a stage's model (a layer, the embedding or the output layer) on one
-    rank: parameters in the all-gather dtype (bytes) and forward FLOPs per micro-batch."""
+    rank: parameters in the all-gather dtype (bytes) and forward FLOPs per micro-batch;
+    ``gemm``: the output (rows, columns) of its largest GEMM, (0, 0) when not known."""
 
     name: str
     chunk: int
     dense_bytes: float
     expert_bytes: float
     forward_flops: float
+    gemm: tuple[int, int] = (0, 0)
 
 
 @dataclass(frozen=True)
@@ -543,15 +545,18 @@ def stage_work(model: ModelSpec, split: tuple[tuple[range, ...], ...], *, tp: in
         for c, layers in enumerate(chunks):
             for i in layers:
                 dense, expert = model.layer_params(i)
+                fc1 = 0 if model.is_moe_layer(i) else (  # MoE: tokens per expert unknown
+                    model._mlp_mult - 1) * (model.ffn_hidden_size or 0) // tp  # gated: 2 halves
                 slots.append(Slot(f"layer {i}", c, dense * bytes_per_param / tp,
                                   expert * bytes_per_param / (ep * etp),
-                                  toks * model.layer_flops_per_token(i, seq) / tp))
+                                  toks * model.layer_flops_per_token(i, seq) / tp,
+                                  (math.ceil(toks), fc1) if fc1 and toks else (0, 0)))
         if s == pp - 1 and model.vocab_size:
-            # its own weight unless tied to the embedding on the same stage
-            own = model.untie_embeddings_and_output_weights or pp > 1
+            own = model.untie_embeddings_and_output_weights or pp > 1  # else tied, same stage
             slots.append(Slot("output layer", len(chunks) - 1,
                               model.embedding_params() * bytes_per_param / tp if own else 0.0,
-                              0.0, toks * 2.0 * model.embedding_params() / tp))
+                              0.0, toks * 2.0 * model.embedding_params() / tp,
+                              (math.ceil(toks), model.vocab_size // tp) if toks else (0, 0)))
         out.append(StageWork(s, chunks, tuple(slots)))
     return tuple(out)
 
@@ -739,8 +744,6 @@ def job_stages(cfg, *, model_bytes: float | None = None, layers: int | None = No
         raise TopologyError(f"num_moe_experts {model.num_moe_experts} is not divisible by --ep "
                             f"{ep}")
     tokens = micro_batch_size * seq_length if micro_batch_size and seq_length else None
-    return stage_work(model, split(model.num_layers), tp=tp,
-                      cp=int(cfg.context_parallel_size), ep=ep,
-                      etp=etp,
-                      bytes_per_param=bytes_per_param, tokens=tokens,
+    return stage_work(model, split(model.num_layers), tp=tp, cp=int(cfg.context_parallel_size),
+                      ep=ep, etp=etp, bytes_per_param=bytes_per_param, tokens=tokens,
                       seq_length=seq_length), model

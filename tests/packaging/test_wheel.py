@@ -85,6 +85,7 @@ def test_wheel_ships_the_topologies_and_no_top_level_cli(wheel):
     assert shipped == sorted(p.stem for p in (ROOT / "topologies").glob("*.toml"))
     assert "simharness/topologies/README.md" in names
     assert "simharness/topologies/calibration/nccl_calibration.toml" in names
+    assert "simharness/topologies/calibration/model_error.toml" in names  # simulate reads it
     top = {n.split("/")[0] for n in names if not n.split("/")[0].endswith(".dist-info")}
     assert top == {"simharness"}, top  # no cli.py (nor anything else) at the top level
     # Every package of the source tree is listed in pyproject.toml's packages.

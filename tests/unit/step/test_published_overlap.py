@@ -22,6 +22,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from simharness.step.compute import gemm_ctas
 from simharness.step.engine import Coll, OpCost, Unit, run_units, simulate_ops
 from simharness.step.report import OverlapReport, Scenario, StageRow
 from simharness.topology import load_cluster
@@ -185,10 +186,34 @@ def test_pytorch172714_matmul_beside_all_gather_on_8_h100():
     assert overlapped.step_s > max(matmul, ag.alone_s()) * 1.02
 
 
+def test_pytorch172714_through_simulates_own_cta_estimates():
+    """The same case with the CTAs ``simulate`` itself gives: the all-gather's from NCCL's
+    channels (:meth:`~simharness.step.pricing.Pricer.coll`), the matmul's from its output
+    tiles (:func:`~simharness.step.compute.gemm_ctas`: 2,048 CTAs, 15.5 waves on 132 SMs),
+    run in waves over the SMs the all-gather leaves."""
+    cluster = load_cluster("dgx-h100", 1)
+    size = 8 * 64 * MB
+    ag = coll(predict(cluster, list(range(8)), "all_gather", size), "ag", size)
+    matmul = 2.96e-3 - ag.alone_s()
+    ctas = gemm_ctas(8192, 8192)
+    assert ctas == 2048 and ag.ctas > 0
+
+    def keep(group: str, moving: frozenset[str]) -> float:
+        return 1.0
+    units = [Unit(0.0, (), (ag,)), Unit(matmul, ctas=ctas)]
+    waves = run_units(units, {"ag": "ag"}, keep, sm_per_cta=1.0 / cluster.spec.node.sms)
+    fluid = run_units(units, {"ag": "ag"}, keep, sm_per_cta=1.0 / cluster.spec.node.sms,
+                      waves=False)
+    assert within(waves.step_s, 2.02e-3), waves.step_s
+    assert waves.step_s != fluid.step_s   # the CTA count is used
+
+
 # ------------------------------------------------ B1: NVIDIA developer forum, H100 tail effect
 def test_forum_132_cta_gemm_twice_as_slow_beside_a_24_cta_all_gather():
     """A one-wave GEMM (132 CTAs on 132 SMs) beside a 24-CTA all-gather that runs the whole
-    time: the GEMM needs a second wave for its last 24 CTAs, ~2x (MFU 80% -> 47%)."""
+    time: the GEMM needs a second wave for its last 24 CTAs, ~2x (MFU 80% -> 47%). The post
+    gives the CTA count, not the GEMM's shape, so ``simulate``'s own estimate from a layer's
+    shape (:func:`~simharness.step.compute.gemm_ctas`) cannot be checked on it."""
     sms = load_cluster("dgx-h100", 1).spec.node.sms
     gemm = 1e-3
     ag = Coll("ag", "ag", 0.0, 1e12, 1e12 / (10 * gemm), 24)   # outlasts the GEMM

@@ -174,16 +174,20 @@ def test_deepseek_v3_experts_on_expert_dp_and_uneven_stages():
     assert sizes == {"dp_cp_ag": 128, "dp_cp": 128, "ep_dp_ag": 2, "ep_dp": 2}
     assert all(c.channels > 0 for c in rep.collectives)
     # the three scenarios differ here: SMs slow compute, one launch queue holds it
-    links, sms, queue = rep.scenarios
+    # (the dense layers 0-2 and the output layer state their GEMM's CTAs: a waves scenario;
+    # the launch queue shares the SMs as the scenario before it does)
+    links, sms, waves, queue = rep.scenarios
+    assert (sms.name, waves.name) == ("links + SMs", "links + SMs in GEMM waves")
     assert queue.name == "links + SMs + one launch queue"
-    assert queue.one_step_s > sms.one_step_s and queue.one_held_s > 0
-    assert queue.gain_pct != pytest.approx(sms.gain_pct)
+    assert queue.one_step_s > waves.one_step_s and queue.one_held_s > 0
+    assert queue.gain_pct != pytest.approx(waves.gain_pct)
     assert any(n.startswith("one launch queue (CUDA_DEVICE_MAX_CONNECTIONS=1) holds compute")
                for n in rep.notes)
     # by default fsdp has no launch-queue scenario: Megatron-LM refuses CDMC=1 with FSDP
     plain = run(2048, "dgx-h100-superpod", 256, pp=16, ep=64, model_fields=DSV3, first=2,
                 last=3, micro_batch_size=1, seq_length=4096, mfu=0.4)
-    assert [sc.name for sc in plain.scenarios] == ["links shared", "links + SMs"]
+    assert [sc.name for sc in plain.scenarios] == ["links shared", "links + SMs",
+                                                   "links + SMs in GEMM waves"]
     assert any("Megatron-LM refuses it with Megatron-FSDP" in n for n in plain.notes)
     assert "MFU 0.4 of 989" in rep.compute_how
     assert rep.extra_communicators == 2
