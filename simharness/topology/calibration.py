@@ -36,7 +36,7 @@ from .nccl_ramp import (
     launch_overhead_us,
 )
 from .nccl_tuning import DEFAULT_NCCL, bus_factor
-from .net_pipeline import RING_STEP_FORM
+from .net_pipeline import RING_STEP_FORM, TRANSPORTS
 
 DEFAULT_PATH = topology_dir() / "calibration" / "nccl_calibration.toml"
 BW_TOLERANCE = 0.15   # issue 8: +-15 % on bandwidth
@@ -252,9 +252,11 @@ def pipeline_fit(points: list[CalPoint], transport: str = "efa",
 
     Over every point with ``split == "fit"`` on a topology whose network is
     ``transport`` and that crosses it, predicted = the model's time without the pipeline
-    cost + the pipeline cost (the pick is unchanged: NCCL's tuner and the plugin's do not
-    see it); grids :data:`FLOOR_GRID_US` x :data:`LEVEL_GRID_US`. Held-out points are
-    ignored, whatever they say.
+    cost + what the sources give of it (the transport's latency, the chunk's transfer) +
+    the fitted terms where they apply (the ring step floor on floored rings, the level
+    constant on rendezvous levels: :class:`.net_pipeline.PipelineTerms`); the pick is
+    unchanged (NCCL's tuner and the plugin's do not see it); grids :data:`FLOOR_GRID_US` x
+    :data:`LEVEL_GRID_US`. Held-out points are ignored, whatever they say.
     """
     rows = []
     for p in points:
@@ -271,15 +273,18 @@ def pipeline_fit(points: list[CalPoint], transport: str = "efa",
         if not (t.levels or t.ring_steps):
             continue
         measured_us = p.measured if p.metric == "time_us" else _value(p, 1.0) / p.measured
-        rows.append((est.time_us - est.transport_us, t.ring_steps, t.ring_step_us, t.levels,
-                     t.level_chunk_us, measured_us))
+        tr = TRANSPORTS[transport]
+        rows.append((est.time_us - est.transport_us + t.ring_source_us(tr)
+                     + t.levels * t.level_source_us(tr),
+                     t.ring_steps if t.ring_steps and t.ring_floored(tr) else 0,
+                     t.ring_step_us, t.levels if t.level_fitted(tr) else 0, measured_us))
     if not rows:
         raise TopologyError(f"no fit point crosses a {transport} network: nothing to fit its "
                             "pipeline constants on")
-    base, steps, step_us, levels, chunk_us, meas = (np.array(x, dtype=float)
-                                                    for x in zip(*rows, strict=True))
+    base, steps, step_us, levels, meas = (np.array(x, dtype=float)
+                                          for x in zip(*rows, strict=True))
     ring = steps * _ring_step_cost(FLOOR_GRID_US[:, None], step_us[None, :], form)  # (F, P)
-    tree = levels * (LEVEL_GRID_US[:, None] + chunk_us[None, :])                    # (L, P)
+    tree = levels * LEVEL_GRID_US[:, None]                                          # (L, P)
     pred = base[None, None, :] + ring[:, None, :] + tree[None, :, :]
     cost = (np.log(pred / meas) ** 2).sum(axis=2)
     fi, li = np.unravel_index(int(np.argmin(cost)), cost.shape)

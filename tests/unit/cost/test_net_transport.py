@@ -1,10 +1,12 @@
-"""The proxy pipeline over EFA (simharness/topology/net_pipeline.py) and the held-out report
-per network class.
+"""NCCL's proxy pipeline over the network (simharness/topology/net_pipeline.py) and the
+held-out report per network class.
 
-NCCL's tuning prices the network with its own InfiniBand verbs latencies; its verbs
-transport drives InfiniBand and RoCE alike, so neither adds anything. Over EFA (the
-aws-ofi-nccl plugin) a ring step takes at least ``RING_STEP_FLOOR_US["efa"]`` and each
-network level of a tree stores and forwards its first chunk (NCCL's chunking) with
+Every transport pays a tree's store-and-forward of its first chunk per network level
+(NCCL's chunking). NCCL's tuning prices the network with its own InfiniBand verbs
+latencies, which its verbs transport (InfiniBand, RoCE) keeps. Over EFA (the aws-ofi-nccl
+plugin) a network message costs the plugin's own latency instead (20 us, 23 us for
+Simple); a message above the plugin's 8 KiB eager limit goes by rendezvous, where a ring
+step takes at least ``RING_STEP_FLOOR_US["efa"]`` and a tree level
 ``NET_LEVEL_US["efa"]`` more; both are fitted on the `fit` p5 sweeps only.
 """
 
@@ -29,6 +31,7 @@ from simharness.topology.cost import predict
 from simharness.topology.net_pipeline import (
     NET_LEVEL_US,
     RING_STEP_FLOOR_US,
+    TRANSPORTS,
     ring_chunk_bytes,
     tree_ll128_chunk,
 )
@@ -63,30 +66,65 @@ def test_a_ring_on_efa_pays_the_step_floor_by_hand():
     assert t.ring_steps == 4 * 62 and t.levels == 0
     step = (1 << 30) / (est.algbw_gb_per_s * 1e3) / 248
     assert t.ring_step_us == pytest.approx(step)
-    assert est.transport_us == pytest.approx(248 * (math.hypot(FLOOR, step) - step))
+    # the plugin's 20 us on the 2 x 3 network steps NCCL's ring latency charges at its own
+    # hwLat[NET][Ring][LL128] = 4.0 us, and the floor on every step (576000 x 16/15 B on the
+    # wire: a rendezvous)
+    src = 6 * (20.0 - 4.0)
+    assert t.ring_net_steps == 6 and t.ring_msg_bytes == pytest.approx(
+        (1 << 30) / (4 * 16 * 32) * 128 / 120)
+    assert est.transport_us == pytest.approx(src + 248 * (math.hypot(FLOOR, step) - step))
     # 64 MiB: one partly filled loop of 62 steps, each shorter than the floor
     small = predict(load_cluster("aws-p5", 4), range(32), "all_reduce", 64 << 20)
     x = small.net_terms.ring_step_us
     assert small.net_terms.ring_steps == 62 and x < FLOOR
-    assert small.transport_us == pytest.approx(62 * (math.hypot(FLOOR, x) - x))
+    assert small.transport_us == pytest.approx(src + 62 * (math.hypot(FLOOR, x) - x))
 
 
 def test_a_tree_on_efa_pays_each_level_by_hand():
     """32 MiB all-reduce on 16 p5 (the tuner's Tree/LL128): 2 x log2(16) = 8 network levels,
-    each the level constant plus one 72000 B chunk at a channel's rate."""
+    each the plugin's 20 us in place of NCCL's hwLat[NET][Tree][LL128] = 8.5 us, the
+    rendezvous constant (72000 x 128/120 B > 8 KiB) and one 72000 B chunk at a channel's
+    rate."""
     est = predict(load_cluster("aws-p5", 16), range(128), "all_reduce", 32 << 20)
     assert est.pick == "tree/ll128"
     chunk_us = 72000 * est.n_channels / (est.algbw_gb_per_s * 1e3)
     assert est.net_terms.levels == 8
-    assert est.transport_us == pytest.approx(8 * (LEVEL + chunk_us))
+    assert est.transport_us == pytest.approx(8 * (20.0 - 8.5 + LEVEL + chunk_us))
 
 
-def test_infiniband_and_roce_add_nothing():
-    size = 256 << 20
+def test_a_small_tree_ll_call_on_efa_is_eager_and_pays_no_fitted_constant():
+    """8 B all-reduce on 2 p5 (Tree/LL): one channel, 8 B of data on 16 B of LL lines,
+    under the plugin's 8 KiB eager limit: each of the 2 levels costs the plugin's 20 us in
+    place of NCCL's hwLat[NET][Tree][LL] = 5 us, plus its (tiny) chunk."""
+    est = predict(load_cluster("aws-p5", 2), range(16), "all_reduce", 8)
+    assert est.pick == "tree/ll" and est.n_channels == 1
+    t = est.net_terms
+    assert t.levels == 2 and t.level_msg_bytes == 16
+    chunk_us = 8 / (est.algbw_gb_per_s * 1e3)
+    assert est.transport_us == pytest.approx(2 * (20.0 - 5.0 + chunk_us))
+    # a Simple message carries the plugin's 3 us completion overhead: NVLSTree at 64 MiB
+    big = predict(load_cluster("aws-p5", 2), range(16), "all_reduce", 64 << 20)
+    assert big.pick == "nvls_tree/simple" and big.net_terms.simple
+    assert big.net_terms.level_source_us(TRANSPORTS["efa"]) == pytest.approx(
+        20.0 + 3.0 - 14.0 + big.net_terms.level_chunk_us)
+
+
+def test_infiniband_and_roce_pay_the_chunk_store_and_forward_only():
+    """On NCCL's verbs transport the level latency is NCCL's own hwLat[NET] (in the table)
+    and no step floor is priced: a 2-node NVLSTree call adds 2 levels x its first chunk
+    (nvlsChunkSize 128 KiB on 16 channels x heads) at the connection's rate, a ring
+    nothing; RoCE and InfiniBand price alike."""
+    size = 64 << 20
     roce = predict(load_cluster("gcp-a3-ultra", 2), range(16), "all_reduce", size)
     ib = predict(load_cluster("azure-nd-h200-v5", 2), range(16), "all_reduce", size)
-    assert roce.transport_us == 0.0 and ib.transport_us == 0.0
+    assert roce.pick == ib.pick == "nvls_tree/simple"
+    t = ib.net_terms
+    assert t.levels == 2 and t.level_chunk_us > 0
+    assert ib.transport_us == pytest.approx(2 * t.level_chunk_us)
+    assert roce.transport_us == pytest.approx(ib.transport_us)
     assert roce.time_us == pytest.approx(ib.time_us)
+    ring = predict(load_cluster("azure-nd-h200-v5", 2), range(16), "all_gather", size)
+    assert ring.algo == "ring" and ring.net_terms.ring_steps > 0 and ring.transport_us == 0
     one_node = predict(load_cluster("aws-p5", 1), range(8), "all_reduce", 64 << 20)
     assert one_node.transport_us == 0.0
 
@@ -151,3 +189,18 @@ def test_the_later_sweeps_are_held_out_whole_and_land_in_their_network_classes()
         counts[network_class(p)] = counts.get(network_class(p), 0) + 1
     assert counts == {"RoCE hopper": 53, "EFA hopper": 32, "InfiniBand hopper": 32,
                       "NVLink ampere": 6, "InfiniBand ampere": 6}
+
+
+def test_the_later_sweeps_per_class_do_not_regress():
+    """The later held-out sweeps per class with the pipeline on every transport: InfiniBand
+    hopper 29 of 32 within target (the 2-node NVLSTree mid sizes pay their first chunk per
+    level) with a median speed ratio in 0.92-1.08; EFA 28 of 32 (small Tree/LL calls pay
+    the plugin's message latency); RoCE 46 of 53, all too fast (its per-NIC rate is
+    NDR's: see gcp-a3-ultra.toml)."""
+    later = [evaluate(p) for p in POINTS if p.sweep in LATER_SWEEPS]
+    classes = {c.network: c.all for c in class_summaries(later)}
+    ib, efa, roce = (classes["InfiniBand hopper"], classes["EFA hopper"],
+                     classes["RoCE hopper"])
+    assert (ib.n, efa.n, roce.n) == (32, 32, 53)
+    assert ib.within >= 29 and 0.92 <= ib.median_speed <= 1.08
+    assert efa.within >= 28 and roce.within >= 46
