@@ -133,6 +133,9 @@ from .nccl_tuning import (
     nccl_version,
 )
 from .net_pipeline import (
+    EFA_COMP_OVERHEAD_US,
+    EFA_EAGER_MAX_BYTES,
+    EFA_NET_LAT_US,
     NET_LEVEL_US,
     RING_STEP_FLOOR_US,
     PipelineTerms,
@@ -240,7 +243,7 @@ class Estimate:
     n_ranks: int
     n_channels: int  # CTAs the kernel launches: the channels of this call's plan
     ramp_us: float = 0.0
-    transport_us: float = 0.0  # part of ramp_us: the network pipeline's cost (EFA)
+    transport_us: float = 0.0  # part of ramp_us: the network pipeline's cost
     net_terms: PipelineTerms = field(default_factory=PipelineTerms)  # what it is made of
 
     @property
@@ -613,21 +616,31 @@ def debug_lines(shape: GroupShape, collective: str, *, nccl: str = DEFAULT_NCCL)
 # What each network transport changes in NCCL, and what of it the model prices.
 _TRANSPORT_NOTES = {
     "infiniband": "InfiniBand through NCCL's own IB verbs transport (net_ib.cc): modelled with "
-                  "NCCL's own network latencies and bandwidths (tuning.cc hwLat[NET]).",
+                  "NCCL's own network latencies and bandwidths (tuning.cc hwLat[NET]), plus "
+                  "NCCL's proxy pipeline (net_pipeline.py): each network level of a tree "
+                  "stores and forwards its first chunk (NCCL's chunking) at the connection's "
+                  "rate; no ring step floor is priced (no source gives one).",
     "roce": "RoCE, priced as NCCL's IB verbs transport (net_ib.cc drives a RoCE port as an "
-            "IB port), exactly as InfiniBand; a provider's own net plugin is assumed to cost "
+            "IB port and reports the same port speed to the tuning), exactly as InfiniBand, "
+            "proxy pipeline included; a provider's own net plugin is assumed to cost "
             "the same. Assumed: the lossless settings (PFC/ECN, congestion control) hold, so "
-            "no loss or back-off; no SHARP/CollNet on Ethernet.",
-    "efa": "EFA through a net plugin (NCCL has no EFA transport): NCCL's network latencies "
-           "as for InfiniBand, plus the proxy pipeline over EFA (net_pipeline.py): NCCL's "
-           "chunking (buffer / NCCL_STEPS, loops, tree chunk rules) with two constants FITTED "
-           "on the published p5 sweeps marked fit (no source gives them): a ring step of "
-           f"transfer time x takes sqrt({RING_STEP_FLOOR_US['efa']:g}^2 + x^2) us, and each "
-           "network level of a tree stores and forwards its first chunk with "
-           f"{NET_LEVEL_US['efa']:g} us more; checked on published p5 all-reduce "
-           "(32 MB-8 GB) and all-gather (32 MB-2 GB) sweeps of 2-32 instances (the "
-           "all-gathers dip up to 1.5x below the model at 8-32 MB per rank); below 32 MB on "
-           "EFA it is not checked against any measurement; no SHARP/CollNet on EFA.",
+            "no loss or back-off; the per-NIC rate is NDR InfiniBand's (no RoCE figure "
+            "sourced); no SHARP/CollNet on Ethernet.",
+    "efa": "EFA through a net plugin (NCCL has no EFA transport): NCCL's tuning table as for "
+           "InfiniBand, plus the proxy pipeline over EFA (net_pipeline.py): NCCL's "
+           "chunking (buffer / NCCL_STEPS, loops, tree chunk rules); a network message costs "
+           f"aws-ofi-nccl's own latency ({EFA_NET_LAT_US:g} us, +{EFA_COMP_OVERHEAD_US:g} us "
+           "for Simple: the plugin's v1.16.3 cost model) in place of NCCL's hwLat[NET]; a "
+           f"message above the plugin's {EFA_EAGER_MAX_BYTES} B eager limit goes by "
+           "rendezvous, where two constants FITTED on the published p5 sweeps marked fit "
+           "apply (no source gives them): a ring step of transfer time x takes "
+           f"sqrt({RING_STEP_FLOOR_US['efa']:g}^2 + x^2) us, and each network level of a "
+           f"tree stores and forwards its first chunk with {NET_LEVEL_US['efa']:g} us more; "
+           "checked on published p5 all-reduce (8 B-16 GB) and all-gather (32 MB-2 GB) "
+           "sweeps of 2-32 instances (the all-gathers dip up to 1.5x below the model at "
+           "8-32 MB per rank; Tree/LL at 16-64 KB is slower than the model as NCCL adds "
+           "channels); small rings on EFA are not checked against any measurement; no "
+           "SHARP/CollNet on EFA.",
 }
 
 
