@@ -299,6 +299,9 @@ def test_explain_says_what_a_fabric_changes_in_nccl():
     azure = fabric("azure-nd-h100-v5")
     assert "tuner plugin" not in azure and "net plugin" not in azure
     assert "InfiniBand through NCCL's own IB verbs" in fabric("azure-nd-h100-v5")
+    # the proxy pipeline is named on every transport; EFA's message latency is the plugin's
+    assert "proxy pipeline" in azure and "proxy pipeline" in roce
+    assert "aws-ofi-nccl's own latency (20 us, +3 us for Simple" in efa
     one = load_cluster("dgx-a100")
     lines = debug_lines(shape_of(one, build_rings(one, [list(range(8))]), 0), "all_reduce")
     assert not any(x.startswith("fabric") for x in lines)   # no network, nothing to say
