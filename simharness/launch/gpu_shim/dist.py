@@ -158,7 +158,7 @@ def _patch_dist(shim: Shim, lazy_groups: bool = False) -> None:
         gpu = default_gpu[0] if asked is None else map_backend(asked) != asked
         drop("new_group", bound)
         if nccl_like is None or not gpu:
-            return orig_new(**bound)
+            return _all_connected(orig_new(**bound), bound.get("timeout"))
         with lazy_gloo_subgroups(nccl_like):
             pg = orig_new(**bound)
         if isinstance(pg, nccl_like):
@@ -175,6 +175,21 @@ def _patch_dist(shim: Shim, lazy_groups: bool = False) -> None:
         _replace_everywhere(shim, "torch.distributed", orig_gather, _flat_gather(orig_gather))
     if not hasattr(dist, "ProcessGroupNCCL"):
         _set(shim, dist, "ProcessGroupNCCL", _nccl_stand_in())
+
+
+def _all_connected(pg: Any, timeout: Any) -> Any:
+    """``pg``, once all its members are connected when it is an eagerly connected gloo group
+    (:func:`~simharness.launch.lazy_group.agree_connected`: a member that destroys the group
+    at once would otherwise fail one still connecting)."""
+    from torch.distributed import distributed_c10d as c10d
+
+    from ..lazy_group import LazyGlooGroup, agree_connected
+
+    if (pg is None or pg is c10d.GroupMember.NON_GROUP_MEMBER or isinstance(pg, LazyGlooGroup)
+            or pg.size() < 2 or c10d._world.pg_map.get(pg, ("",))[0] != "gloo"):
+        return pg
+    agree_connected(c10d._get_process_group_store(pg), pg.size(), timeout)
+    return pg
 
 
 def _split_group(orig_split: Callable[..., Any], orig_new: Callable[..., Any],
@@ -206,7 +221,7 @@ def _split_group(orig_split: Callable[..., Any], orig_new: Callable[..., Any],
                 mine = orig_new(ranks=ranks, timeout=bound.get("timeout"),
                                 group_desc=bound.get("group_desc"),
                                 use_local_synchronization=True)
-        return mine
+        return _all_connected(mine, bound.get("timeout"))
 
     return split_group
 
