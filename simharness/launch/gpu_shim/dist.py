@@ -6,16 +6,18 @@ NCCL creates a communicator when a collective first runs on the group
 (``ProcessGroupNCCL::getNCCLComm``), so a ``new_group`` whose ``ranks`` differ between the
 ranks (each rank passing a list that depends on its rank) goes unnoticed until the group is
 used. gloo connects every pair of a group when it is created, so the same call makes the
-ranks wait on each other until gloo's timeout. With ``lazy_groups``
-(``SIMHARNESS_LAZY_GROUPS=1``; not yet the default, see docs/gpu-shim.md), a subgroup whose
-backend was a GPU one (``nccl``, or the default group's when that was) is a
-:class:`~simharness.capture.lazy_group.LazyGlooGroup` (capture's; the real gloo group is made,
-eagerly connected, on first use), whose first use also checks, through the group's store,
-that its members created it with the same ranks, and raises :class:`GroupMismatch` naming
-both lists and the creating lines when they did not: where NCCL would hang or mix up data.
+ranks wait on each other until gloo's timeout. With ``lazy_groups`` (the default;
+``SIMHARNESS_LAZY_GROUPS=0`` turns it off), a subgroup whose backend was a GPU one
+(``nccl``, or the default group's when that was) is a
+:class:`~simharness.launch.lazy_group.LazyGlooGroup` (the real gloo group is made, eagerly
+connected, on first use), whose first use also checks, through the group's store, that
+every rank that made the same call and used its group passed the same ranks, and raises
+:class:`~simharness.errors.GroupMismatch` naming the call's line, the lists and the fix
+when they did not: where NCCL would hang or mix up data (:func:`_check_members`).
 Groups asked of gloo (Megatron's gloo twins, ``monitored_barrier``'s) connect at creation,
 as gloo does (``TORCH_GLOO_LAZY_INIT`` stays unset: see docs/design-notes.md, "gloo connects
-eagerly in run and launch")."""
+eagerly in run and launch"); every eagerly connected gloo group returns once all its
+members are connected (:func:`~simharness.launch.lazy_group.agree_connected`)."""
 
 from __future__ import annotations
 
