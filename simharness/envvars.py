@@ -174,8 +174,9 @@ VARIABLES: dict[str, EnvVar] = {v.name: v for v in (
     EnvVar("SIMHARNESS_GPU", "simharness",
            "a GPU name of the shim's table (docs/gpu-shim.md; simharness run checks it)",
            _path, None, "the GPU the shim's devices report (simharness run --gpu)"),
-    EnvVar("SIMHARNESS_LAZY_GROUPS", "simharness", _FLAG_FORMS, _flag, False,
-           "the shim: subgroups asked of NCCL connect on first use, as NCCL does"),
+    EnvVar("SIMHARNESS_LAZY_GROUPS", "simharness", _FLAG_FORMS, _flag, True,
+           "the shim: subgroups asked of NCCL connect on first use, as NCCL does "
+           "(0: at creation)"),
     # set by simharness for the processes it starts
     EnvVar("SIMHARNESS_PREFIX_OUTPUT", "ranks", _FLAG_FORMS, _flag, False,
            "a rank prefixes its output lines with its rank"),

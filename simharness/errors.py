@@ -51,6 +51,36 @@ def whole_number_problem(name: str, value: object, low: int) -> str | None:
     return None
 
 
+class GroupMismatch(SimharnessError, RuntimeError):
+    """One ``new_group`` call made with different ``ranks`` on different ranks (a
+    rank-dependent ``new_group``), found by the GPU shim when the group is first used.
+
+    The message starts with :data:`GROUP_MISMATCH_PREFIX` and names the group, the ranks
+    that passed each list and where, and the fix; ``simharness run`` reports it as the
+    test's cause, also for the ranks it left waiting.
+    """
+
+
+#: How a :class:`GroupMismatch` message starts.
+GROUP_MISMATCH_PREFIX = "rank-dependent new_group: "
+
+
+def group_mismatch_in(exc: BaseException | None) -> GroupMismatch | None:
+    """The :class:`GroupMismatch` that ``exc`` is or was raised under (its cause or
+    context, followed a few levels deep); None when there is none.
+
+    >>> group_mismatch_in(KeyError("x")) is None
+    True
+    """
+    seen = 0
+    while exc is not None and seen < 8:
+        if isinstance(exc, GroupMismatch):
+            return exc
+        exc = exc.__cause__ or exc.__context__
+        seen += 1
+    return None
+
+
 class NeedsGPU(SimharnessError, RuntimeError):
     """A call that needs a real GPU, stopped by the CPU shim (``simharness.launch.gpu_shim``).
 

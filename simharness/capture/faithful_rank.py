@@ -69,6 +69,9 @@ EXIT_FAILED, EXIT_STUCK = 1, 3
 EAGER_ENV = "SIMHARNESS_EAGER_SUBGROUPS"
 DEFAULT_GRACE_S = 5.0
 DEFAULT_STORE_WAIT_S = 300.0
+#: Seconds rank 0 waits for the others' records when it ends early under ``--via-store``
+#: (stopped, or blocked on diverged calls: the others are too, and hand theirs off at once).
+EARLY_WAIT_S = 15.0
 _POLL_S = 0.2
 _DRAIN: list[Any] = [None]   # prefix_output's drain, when this rank prefixes its output
 
@@ -112,7 +115,7 @@ def install_exit_hook(run: RankRun) -> None:
                 run.write(FAILED, {"kind": "exit", "message": f"the code ended the process "
                                    f"with os._exit({status})", "where": where,
                                    "calls_before": len(run.rec.calls)})
-            exit_now(status)
+            run.end_early(status, run.store_wait)
         _REAL_EXIT(status)
 
     os._exit = script_exit  # type: ignore[assignment]  # writes the record, then exits
@@ -158,7 +161,7 @@ class RankRun:
     """The recording of this rank and the writing of its record (once)."""
 
     def __init__(self, out_dir: str, rank: int, world: int, getters: tuple[GetterSpec, ...],
-                 route: Any = None):
+                 route: Any = None, store_wait: float = DEFAULT_STORE_WAIT_S):
         from .runtime import Recorder
 
         self.out_dir, self.rank, self.world, self.getters = out_dir, rank, world, getters
@@ -168,8 +171,9 @@ class RankRun:
         self.written = False
         self.t0 = time.monotonic()
         self.main_ident = threading.get_ident()
-        # blocked ranks' partial records (.stall): they need the shared out_dir
-        self.stall = None if route is not None else Stall(out_dir, rank, world)
+        # blocked ranks' partial records (.stall): in the shared out_dir, else on the store
+        self.stall = Stall(out_dir, rank, world, board=route)
+        self.store_wait = store_wait
 
     # --------------------------------------------------------------- record
     def write(self, status: str, error: dict[str, Any] | None = None,
@@ -192,6 +196,8 @@ class RankRun:
             if self.route is not None:
                 try:
                     self.route.hand_off(record)
+                    if self.stall is not None:
+                        self.stall.clear()
                     return True
                 except Exception as exc:  # noqa: BLE001 - the record is kept locally instead
                     print(f"simharness capture: rank {self.rank} could not hand its record to "
@@ -202,6 +208,23 @@ class RankRun:
             if self.stall is not None:
                 self.stall.clear()
             return True
+
+    def collect(self, wait_s: float) -> None:
+        """Rank 0 under ``--via-store``: every record the other ranks hand off within
+        ``wait_s`` and the merged capture, into ``out_dir`` (:meth:`StoreRoute.collect`)."""
+        if self.route is None or self.rank != 0:
+            return
+        path = self.route.collect(self.out_dir, wait_s)
+        print(f"simharness capture: the ranks' records and the merged capture are in {path}",
+              file=sys.stderr)
+
+    def end_early(self, status: int, wait_s: float = EARLY_WAIT_S) -> None:
+        """End the rank now, its record written; rank 0 under ``--via-store`` first collects
+        the records (the others, blocked or stopped too, hand theirs off at once; torchrun's
+        agent ends the ranks it stops a while later)."""
+        with contextlib.suppress(Exception):  # a store gone: the record went to out_dir
+            self.collect(min(wait_s, self.store_wait))
+        exit_now(status)
 
     def main_stack(self) -> list[str]:
         from .runtime import where_text
@@ -240,7 +263,7 @@ class RankRun:
                             f"rank still running, while the ranks' new_group calls differ "
                             f"(the capture's findings name the first difference)",
                             "where": self.main_stack(), "calls_before": len(self.rec.calls)}):
-                        exit_now(EXIT_STUCK)
+                        self.end_early(EXIT_STUCK)
                     return
                 elif all_done_at is None:
                     if others and all_others_written():
@@ -254,7 +277,7 @@ class RankRun:
                 if self.write(TIMEOUT, {"kind": "timeout", "message": msg,
                                         "where": self.main_stack(),
                                         "calls_before": len(self.rec.calls)}):
-                    exit_now(EXIT_STUCK)
+                    self.end_early(EXIT_STUCK)
                 return
 
         threading.Thread(target=loop, name="simharness-capture-watchdog", daemon=True).start()
@@ -297,7 +320,7 @@ class RankRun:
         name = signal.Signals(signum).name
         self.write(STOPPED, {"kind": "stopped", "message": f"stopped by {name} before it "
                              f"finished", "where": stack, "calls_before": len(self.rec.calls)})
-        exit_now(128 + signum)
+        self.end_early(128 + signum)
 
 
 # ------------------------------------------------------------------ recording
@@ -438,7 +461,7 @@ def main(argv: list[str] | None = None) -> int:
         except CaptureError as exc:
             print(f"error: {exc}", file=sys.stderr)
             return 2
-    run = RankRun(ns.out_dir, env.rank, env.world_size, specs, route)
+    run = RankRun(ns.out_dir, env.rank, env.world_size, specs, route, ns.store_wait)
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, run.on_signal)
     run.watch(ns.timeout, ns.grace)
@@ -469,10 +492,7 @@ def main(argv: list[str] | None = None) -> int:
 
         getters = {g.text: read_getter(g, namespace, run.rec) for g in specs}
     run.write(status, error, getters)
-    if route is not None and env.rank == 0:
-        path = route.collect(ns.out_dir, ns.store_wait)
-        print(f"simharness capture: the ranks' records and the merged capture are in {path}",
-              file=sys.stderr)
+    run.collect(ns.store_wait)
     return 0 if status == OK else EXIT_FAILED
 
 

@@ -19,7 +19,10 @@ first, within a short grace, instead of waiting for ``--timeout``:
   ``capture-missing-call``, :mod:`.checks`).
 
 Ranks whose calls agree are never stopped here: a slow collective waits for ``--timeout``
-as before. Pure (no torch import); the rank passes its stack and call count in.
+as before. Under ``--via-store`` (no shared folder) the records and partial records are
+keys of the job's c10d store instead of files (a *board*: :class:`~.store_route.StoreRoute`),
+and the same comparison runs on them. Pure (no torch import); the rank passes its stack
+and call count in.
 
 >>> from simharness.capture.record import GroupCall
 >>> a = GroupCall((0, 1), "PAIR", None, False, None, None, ())
@@ -35,7 +38,7 @@ import json
 import os
 import re
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import Any, Protocol
 
 from .record import GroupCall
 
@@ -64,19 +67,37 @@ def calls_differ(calls: Mapping[int, Sequence[GroupCall]]) -> bool:
     return len({collective_keys(c) for c in calls.values()}) > 1
 
 
-class Stall:
-    """One rank's view of the others while it is blocked (see the module doc)."""
+class Board(Protocol):
+    """Where the ranks post their records when there is no shared folder (the job's store)."""
 
-    def __init__(self, out_dir: str, rank: int, world: int):
+    def put_partial(self, record: Mapping[str, Any]) -> None: ...
+
+    def drop_partial(self) -> None: ...
+
+    def posted(self) -> dict[int, bytes]:
+        """Each rank's record, else its partial record, as posted (JSON)."""
+        ...
+
+
+class Stall:
+    """One rank's view of the others while it is blocked (see the module doc); ``board``:
+    the records are on it rather than in ``out_dir``."""
+
+    def __init__(self, out_dir: str, rank: int, world: int, board: Board | None = None):
         self.out_dir, self.rank, self.world = out_dir, rank, world
+        self.board = board
         self.path = os.path.join(out_dir, partial_name(rank))
         self.written = False
-        self._cache: dict[str, tuple[int, list[GroupCall]]] = {}
+        self._cache: dict[str, tuple[Any, list[GroupCall]]] = {}
         self._state: tuple | None = None
         self.since = 0.0
 
     def write(self, record: Mapping[str, Any]) -> None:
         """This rank is blocked: its partial record (atomically)."""
+        if self.board is not None:
+            self.board.put_partial(record)
+            self.written, self._state = True, None
+            return
         tmp = f"{self.path}.{os.getpid()}.tmp"
         with open(tmp, "w", encoding="utf-8") as fh:
             json.dump(record, fh, default=str)
@@ -86,7 +107,10 @@ class Stall:
 
     def clear(self) -> None:
         """This rank moved on (or wrote its record): no partial record."""
-        if self.written:
+        if self.written and self.board is not None:
+            with contextlib.suppress(Exception):  # a store gone at the end: nothing to clear
+                self.board.drop_partial()
+        elif self.written:
             with contextlib.suppress(OSError):
                 os.remove(self.path)
         self.written = False
@@ -107,8 +131,32 @@ class Stall:
         self._cache[name] = (mtime, calls)
         return calls
 
+    def _posted_calls(self) -> dict[int, list[GroupCall]] | None:
+        """:meth:`everyone` from the board."""
+        assert self.board is not None
+        try:
+            posted = self.board.posted()
+        except Exception:  # noqa: BLE001 - a store not answering: not yet
+            return None
+        if any(r not in posted for r in range(self.world)):
+            return None
+        out = {}
+        for r, raw in posted.items():
+            hit = self._cache.get(f"board:{r}")
+            if hit is None or hit[0] != raw:
+                try:
+                    data = json.loads(raw)
+                    hit = (raw, [GroupCall.from_dict(c) for c in data.get("calls") or ()])
+                except (ValueError, TypeError, AttributeError):
+                    return None
+                self._cache[f"board:{r}"] = hit
+            out[r] = hit[1]
+        return out
+
     def everyone(self) -> dict[int, list[GroupCall]] | None:
         """Every rank's calls when each has a record or a partial record, else None."""
+        if self.board is not None:
+            return self._posted_calls()
         try:
             names = os.listdir(self.out_dir)
         except OSError:
@@ -143,5 +191,5 @@ class Stall:
         return now - self.since
 
 
-__all__ = ["BLOCKED", "HOLD_S", "STALL_S", "Stall", "calls_differ", "collective_keys",
+__all__ = ["BLOCKED", "HOLD_S", "STALL_S", "Board", "Stall", "calls_differ", "collective_keys",
            "partial_name"]

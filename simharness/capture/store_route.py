@@ -29,6 +29,7 @@ from typing import Any
 
 from .merge import merge_records, record_name, write_record
 from .record import CaptureError
+from .stall import partial_name
 
 PREFIX = "simharness-capture"
 CAPTURE_FILE = "capture.json"
@@ -77,6 +78,33 @@ class StoreRoute:
     def handed_off(self) -> int:
         """How many ranks have handed off their record."""
         return int(self._store().add(self.done_key, 0))
+
+    # the board of blocked ranks (:class:`~.stall.Stall`): partial records on the store
+    def _partial_key(self, rank: int) -> str:
+        return f"{PREFIX}/{self.run_id}/{partial_name(rank)}"
+
+    def put_partial(self, record: Mapping[str, Any]) -> None:
+        """This rank is blocked: its partial record, under ``.../partial-NNNNN.json``."""
+        self._store().set(self._partial_key(self.rank), json.dumps(record, default=str))
+
+    def drop_partial(self) -> None:
+        """This rank moved on: its partial record emptied (never deleted, so that a reader
+        between its ``check`` and its ``get`` does not wait on a key that went away)."""
+        self._store().set(self._partial_key(self.rank), "")
+
+    def posted(self) -> dict[int, bytes]:
+        """Each rank's handed-off record, else its partial record (the ranks with neither
+        left out)."""
+        store = self._store()
+        out = {}
+        for r in range(self.world_size):
+            for key in (record_key(self.run_id, r), self._partial_key(r)):
+                if store.check([key]):
+                    raw = bytes(store.get(key))
+                    if raw:
+                        out[r] = raw
+                        break
+        return out
 
     def collect(self, out_dir: str, wait_s: float) -> str:
         """Rank 0: wait for every record (at most ``wait_s``), write them and the merged

@@ -17,6 +17,17 @@ What differs from an eager group: a group never used has no gloo threads, and it
 sequence number is only agreed when it is first used; every collective, object collective,
 point-to-point call and functional collective on it runs on a real gloo backend (the
 faithful tests check sums, gathers and broadcasts on subgroups).
+
+:func:`agree_connected` closes a gap in gloo's own connection. Of the two sides of a pair,
+the active one is connected once it has written its sequence number, the passive one once
+its listener has read it (gloo's ``Pair::connect``, gloo/transport/tcp/pair.cc at pytorch/gloo
+5b46c340), so ``connectFullMesh`` can return on one member while another is still
+connecting. A member that then destroys the group at once (``Pair::close`` resets the
+socket; Megatron's ``destroy_model_parallel`` destroys its gloo twins when a test ends)
+fails the other with "Gloo connectFullMesh failed ... Connection closed by peer". With every
+NCCL-style group connecting at creation, those later connections kept the members in step;
+with lazy ones nothing does, so every real gloo group made here (a lazy one's on first use,
+and the shim's eager gloo groups) waits until all its members are connected.
 """
 
 from __future__ import annotations
@@ -24,6 +35,7 @@ from __future__ import annotations
 import contextlib
 import types
 from collections.abc import Iterator
+from datetime import timedelta
 from typing import Any
 
 import torch
@@ -67,6 +79,7 @@ class LazyGlooGroup(ProcessGroup):
             real = _REAL_GLOO(store, rank, size, timeout=timeout)
             for key, value in vars(self.options).items():
                 setattr(real.options, key, value)
+            agree_connected(store, size, timeout)
             real._set_sequence_number_for_group()
             for device in ("cpu", "cuda"):   # as torch registers a gloo group's backend
                 _PG._register_backend(self, torch.device(device),
@@ -110,6 +123,37 @@ class LazyGlooGroup(ProcessGroup):
 
     def _get_backend_name(self) -> str:
         return "gloo"
+
+
+#: The counter under a group's store prefix that its members add 1 to once connected.
+CONNECTED_KEY = "simharness-connected"
+
+
+def agree_connected(store: Any, size: int, timeout: Any = None) -> None:
+    """Return once all ``size`` members of the gloo group whose store (its ``PrefixStore``)
+    is ``store`` have called this, i.e. have finished connecting it (see the module doc).
+
+    Each member adds 1 to :data:`CONNECTED_KEY`; the member that completes a multiple of
+    ``size`` sets the key of that round, which every member waits for, so a group name used
+    again (``use_local_synchronization=True`` names groups by their ranks) agrees again.
+    Raises ``RuntimeError`` naming the group's count when a member does not come within
+    ``timeout`` (a ``timedelta``; None: 30 minutes, gloo's default).
+    """
+    if size < 2:
+        return
+    arrived = store.add(CONNECTED_KEY, 1)
+    done = f"{CONNECTED_KEY}/{(arrived - 1) // size}"
+    if arrived % size == 0:
+        store.set(done, "1")
+    wait = timeout if isinstance(timeout, timedelta) else timedelta(minutes=30)
+    try:
+        store.wait([done], wait)
+    except Exception as exc:  # noqa: BLE001  (torch's store timeout, a DistStoreError)
+        have = store.add(CONNECTED_KEY, 0) - ((arrived - 1) // size) * size
+        raise RuntimeError(
+            f"gloo group: {have} of its {size} members finished connecting within "
+            f"{wait.total_seconds():g} s; the others did not reach the group or failed "
+            f"while connecting it (see their output)") from exc
 
 
 def _delegate(method: str) -> Any:

@@ -29,7 +29,10 @@ Each rank runs pytest in its own interpreter (torch and the test modules importe
   records it as ``diverged`` and stops; a rank that skipped a test (a rank-dependent skip,
   ``NeedsGPU``) leaves a ``skip`` count for it, and a rank still inside that test
   ``SIMHARNESS_RUN_GRACE`` seconds later (it waits in a collective for the skipped rank)
-  writes its stack with ``state: diverged`` and ends, as a hang does.
+  writes its stack with ``state: diverged`` and ends, as a hang does. A rank that found a
+  rank-dependent ``new_group`` (:class:`simharness.errors.GroupMismatch`) leaves the same
+  count: the peers it left waiting are stopped after the grace, and the test's record
+  carries the finding (``group_mismatch``).
 """
 
 from __future__ import annotations
@@ -48,7 +51,7 @@ from typing import Any
 import pytest
 
 from .. import envvars
-from ..errors import needs_gpu_message
+from ..errors import group_mismatch_in, needs_gpu_message
 from ..launch.toolbox import thread_stack
 from ..resources import proc_kib
 from .verdicts import NEEDS_GPU_PREFIX
@@ -171,6 +174,7 @@ class RankSession:
         self.index: dict[str, int] = {}
         self.reports: dict[str, list[pytest.TestReport]] = {}
         self.skip_told: set[int] = set()  # the tests whose skip is already on the store
+        self.found: dict[int, str] = {}  # test index -> the rank-dependent new_group found
         self.collect_errors = 0
         self.lock = threading.Lock()  # the watchdog thread writes too
         self.watchdog = Watchdog(self)
@@ -325,6 +329,23 @@ class RankSession:
             rep.outcome = "skipped"
             path, line = item.location[0], (item.location[1] or 0) + 1
             rep.longrepr = (str(path), line, f"{NEEDS_GPU_PREFIX}{stop}")
+            return
+        found = group_mismatch_in(call.excinfo.value) if call.excinfo is not None else None
+        if found is not None and not self.diverged:
+            self._tell_left(item.nodeid, str(found))
+
+    def _tell_left(self, nodeid: str, found: str) -> None:
+        """A rank-dependent ``new_group`` found here: this rank leaves the test now; like a
+        skip, it is counted on the store before the teardown, so that a peer still inside
+        the test (waiting for this rank in a collective) is stopped after the grace."""
+        i = self.index.get(nodeid, -1)
+        self.found.setdefault(i, found)
+        if i in self.skip_told:
+            return
+        self.skip_told.add(i)
+        self.watchdog.update(state="left")
+        if self.world > 1:
+            self._store().add(f"skip/{i}", 1)
 
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
         self.reports.setdefault(report.nodeid, []).append(report)
@@ -372,9 +393,11 @@ class RankSession:
             then = f" (then its {outcome}: {last})" if outcome in ("failed", "error") else ""
             outcome, reason, longrepr = "skipped", stop + then, ""
         i = self.index.get(item.nodeid, -1)
+        found = self.found.pop(i, None) if outcome in ("failed", "error") else None
         self.write(kind="test", i=i, nodeid=item.nodeid,
                    outcome=outcome, longrepr=longrepr, reason=reason,
-                   needs_gpu=stop is not None, duration=round(duration, 4))
+                   needs_gpu=stop is not None, duration=round(duration, 4),
+                   **({"group_mismatch": found} if found else {}))
         self.last = item.nodeid
         if outcome == "skipped" and self.world > 1 and i not in self.skip_told:
             self.skip_told.add(i)

@@ -14,6 +14,9 @@ before the teardown), ``collected``, ``collect_error``, ``end``.
   inside it a grace period later (their watchdogs stopped them, ``state: diverged``), or
   (:func:`not_started`) a rank's session had ended before it;
 - **hung** when any rank's watchdog fired in it (stuck ranks named, with their stacks);
+- **failed** with the finding first when a rank found a rank-dependent ``new_group``
+  (``group_mismatch``: :class:`simharness.errors.GroupMismatch`), naming the ranks it left
+  waiting inside the test, which the grace stopped;
 - **failed** when any rank failed or errored (the first failing rank and its traceback; a
   rank that died in the test on its own comes first, see ``lost``), with a hint when the
   same ranks stopped on ``NeedsGPU`` in an earlier test (``after_stop``): that test's own
@@ -93,6 +96,9 @@ def verdict(nodeid: str, records: Mapping[int, Mapping], world: int,
                        f"test {max(float(hangs[r].get('elapsed') or 0.0) for r in held):.1f}s"
                        f" after it started, waiting for them, and were stopped)")
         return Verdict(nodeid, "skipped", tuple(gpu), gpu[0], reason, duration, True)
+    found = sorted(r for r, rec in records.items() if rec.get("group_mismatch"))
+    if found:
+        return _group_mismatch(nodeid, records, hangs, found, duration)
     diverged = sorted(r for r, h in hangs.items() if h.get("state") == "diverged")
     if diverged:
         return _skip_diverged(nodeid, records, hangs, diverged, world, duration)
@@ -128,6 +134,26 @@ def verdict(nodeid: str, records: Mapping[int, Mapping], world: int,
             reason = f"skipped on ranks {_span(skipped)} only: {reason}"
         return Verdict(nodeid, "skipped", tuple(skipped), skipped[0], reason, duration)
     return Verdict(nodeid, "passed", tuple(sorted(records)), None, "", duration)
+
+
+def _group_mismatch(nodeid: str, records: Mapping[int, Mapping], hangs: Mapping[int, Mapping],
+                    found: list[int], duration: float) -> Verdict:
+    """Failed: ranks ``found`` a rank-dependent ``new_group`` (their records'
+    ``group_mismatch``); the ranks it left waiting inside the test are named, not hung.
+
+    >>> v = _group_mismatch("t::a", {1: {"group_mismatch": "rank-dependent new_group: x",
+    ...     "longrepr": "E ..."}}, {0: {"state": "diverged", "elapsed": 6.2}}, [1], 6.2)
+    >>> v.outcome, v.ranks, v.detail.splitlines()[1][:48]
+    ('failed', (1,), 'ranks 0 were still inside the test 6.2s after it')
+    """
+    detail = [str(records[found[0]]["group_mismatch"])]
+    held = sorted(r for r, h in hangs.items() if h.get("state") in ("running", "diverged"))
+    if held:
+        detail.append(f"ranks {_span(held)} were still inside the test "
+                      f"{max(float(hangs[r].get('elapsed') or 0.0) for r in held):.1f}s after "
+                      f"it started, waiting for ranks {_span(found)}, and were stopped")
+    detail.append(f"--- rank {found[0]} ---\n{records[found[0]].get('longrepr') or ''}".rstrip())
+    return Verdict(nodeid, "failed", tuple(found), found[0], "\n".join(detail), duration)
 
 
 def _skip_diverged(nodeid: str, records: Mapping[int, Mapping], hangs: Mapping[int, Mapping],

@@ -6,16 +6,18 @@ NCCL creates a communicator when a collective first runs on the group
 (``ProcessGroupNCCL::getNCCLComm``), so a ``new_group`` whose ``ranks`` differ between the
 ranks (each rank passing a list that depends on its rank) goes unnoticed until the group is
 used. gloo connects every pair of a group when it is created, so the same call makes the
-ranks wait on each other until gloo's timeout. With ``lazy_groups``
-(``SIMHARNESS_LAZY_GROUPS=1``; not yet the default, see docs/gpu-shim.md), a subgroup whose
-backend was a GPU one (``nccl``, or the default group's when that was) is a
-:class:`~simharness.capture.lazy_group.LazyGlooGroup` (capture's; the real gloo group is made,
-eagerly connected, on first use), whose first use also checks, through the group's store,
-that its members created it with the same ranks, and raises :class:`GroupMismatch` naming
-both lists and the creating lines when they did not: where NCCL would hang or mix up data.
+ranks wait on each other until gloo's timeout. With ``lazy_groups`` (the default;
+``SIMHARNESS_LAZY_GROUPS=0`` turns it off), a subgroup whose backend was a GPU one
+(``nccl``, or the default group's when that was) is a
+:class:`~simharness.launch.lazy_group.LazyGlooGroup` (the real gloo group is made, eagerly
+connected, on first use), whose first use also checks, through the group's store, that
+every rank that made the same call and used its group passed the same ranks, and raises
+:class:`~simharness.errors.GroupMismatch` naming the call's line, the lists and the fix
+when they did not: where NCCL would hang or mix up data (:func:`_check_members`).
 Groups asked of gloo (Megatron's gloo twins, ``monitored_barrier``'s) connect at creation,
 as gloo does (``TORCH_GLOO_LAZY_INIT`` stays unset: see docs/design-notes.md, "gloo connects
-eagerly in run and launch")."""
+eagerly in run and launch"); every eagerly connected gloo group returns once all its
+members are connected (:func:`~simharness.launch.lazy_group.agree_connected`)."""
 
 from __future__ import annotations
 
@@ -29,6 +31,7 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from .lifecycle import Shim
 
+from ...errors import GROUP_MISMATCH_PREFIX, GroupMismatch
 from .common import (
     Ignored,
     _replace_everywhere,
@@ -41,11 +44,6 @@ from .common import (
 def _bind(func: Callable[..., Any], args: tuple, kwargs: dict) -> dict[str, Any]:
     """``func``'s arguments by name (defaults left out)."""
     return dict(inspect.signature(func).bind(*args, **kwargs).arguments)
-
-
-class GroupMismatch(RuntimeError):
-    """The members of a group created it with different ``ranks`` (a rank-dependent
-    ``new_group``), found when the group is first used."""
 
 
 def _nccl_like_group() -> type:
@@ -71,13 +69,28 @@ def _nccl_like_group() -> type:
     return NcclLikeGroup
 
 
+#: Keys under a group's store prefix (shared by every rank that made the same call, since
+#: torch names a group by its call's number): each user's record, the list of all users'
+#: records, and each user's verdict ("ok" or the mismatch it found).
+_MEMBER, _USERS, _VERDICT = "simharness-members/", "simharness-users", "simharness-verdict/"
+
+
 def _check_members(group: Any, within: timedelta | None = None,
                    all_absent: bool = False) -> None:
-    """Each member writes its ranks and creating line under the group's store prefix and
-    reads the other members'; a difference raises :class:`GroupMismatch`. A member that
-    never writes (it never uses the group) is waited for as long as the group's timeout,
-    then the real group is made, as gloo would. ``within`` (a ``monitored_barrier`` on the
-    group's rank 0): the members absent after that long are named in a ``RuntimeError``."""
+    """Run by each member on its first use of ``group``, before gloo connects it.
+
+    Each member writes its ranks and creating line under the group's store prefix, appends
+    them to the call's list of users, and reads the other members' records; then it reads
+    the whole list, in which the ranks that made the same call with another list and used
+    their group appear too (torch names both groups after the call: on GPUs their NCCL
+    communicators share the store's keys, here their gloo connections would). A difference
+    raises :class:`GroupMismatch` at once; the member leaves it as its verdict, so that
+    its members waiting for theirs raise it as well instead of connecting. Of two users with
+    different lists, whichever reads the list last sees the other's record, so at most one
+    of the groups of a call connects. A member that never writes (it never uses the group)
+    is waited for as long as the group's timeout, then the real group is made, as gloo
+    would. ``within`` (a ``monitored_barrier`` on the group's rank 0): the members absent
+    after that long are named in a ``RuntimeError``."""
     import torch.distributed as dist
 
     store, group_rank, _size, timeout = group._lazy_args
@@ -85,7 +98,12 @@ def _check_members(group: Any, within: timedelta | None = None,
     me = dist.get_rank()
     if me not in ranks:
         return
-    store.set(f"simharness-members/{me}", json.dumps({"ranks": ranks, "site": group.site}))
+    mine = json.dumps({"rank": me, "ranks": ranks, "site": group.site})
+    store.set(_MEMBER + str(me), mine)
+    store.append(_USERS, mine + "\n")
+    if len(ranks) == 1:  # connects to nobody (NCCL's one-rank communicator neither): no check
+        store.set(_VERDICT + str(me), "ok")
+        return
     monitor = within is not None and group_rank == 0
     wait = within if monitor and within is not None else (
         timeout if isinstance(timeout, timedelta) else timedelta(minutes=30))
@@ -94,7 +112,7 @@ def _check_members(group: Any, within: timedelta | None = None,
     for other in ranks:
         if other == me:
             continue
-        key = f"simharness-members/{other}"
+        key = _MEMBER + str(other)
         try:
             store.wait([key], timedelta(seconds=max(deadline - time.monotonic(), 0.001)))
         except Exception:  # noqa: BLE001  (torch's store timeout)
@@ -104,16 +122,10 @@ def _check_members(group: Any, within: timedelta | None = None,
             if not all_absent:
                 break
             continue
-        theirs = json.loads(store.get(key))
-        if theirs["ranks"] != ranks:
-            raise GroupMismatch(
-                f"new_group {group._lazy_name!r} was created with different ranks: rank {me} "
-                f"passed {ranks} at {group.site}, rank {other} passed {theirs['ranks']} at "
-                f"{theirs['site']}. Every rank must pass the same ranks to the same new_group "
-                f"call (NCCL connects a group on first use, so on GPUs this hangs or mixes up "
-                f"data here, at the first collective); compute the ranks the same way on "
-                f"every rank, or give use_local_synchronization=True when only the members "
-                f"create the group")
+        _raise_if_other(group, store, me, ranks, json.loads(store.get(key)))
+    for line in store.get(_USERS).decode().splitlines():
+        _raise_if_other(group, store, me, ranks, json.loads(line))
+    store.set(_VERDICT + str(me), "ok")
     if absent:
         ms = int(wait.total_seconds() * 1000)
         who = (f"Rank {absent[0]}" if len(absent) == 1
@@ -121,6 +133,41 @@ def _check_members(group: Any, within: timedelta | None = None,
         raise RuntimeError(f"{who} failed to pass monitoredBarrier in {ms} ms (simharness "
                            f"shim: {'it has' if len(absent) == 1 else 'they have'} not used "
                            f"this NCCL-style group, which connects on first use)")
+    keys = [_VERDICT + str(r) for r in ranks if r != me]
+    try:
+        store.wait(keys, timedelta(seconds=max(deadline - time.monotonic(), 0.001)))
+    except Exception:  # noqa: BLE001  (torch's store timeout)
+        return  # a member that never checked: the real group decides, as above
+    for key in keys:
+        found = store.get(key).decode()
+        if found != "ok":
+            raise GroupMismatch(found)
+
+
+def _raise_if_other(group: Any, store: Any, me: int, ranks: list[int],
+                    theirs: dict[str, Any]) -> None:
+    """Raise :class:`GroupMismatch` (and leave it as this member's verdict) when the record
+    ``theirs`` has other ranks than ``ranks``."""
+    if theirs["ranks"] == ranks:
+        return
+    other = theirs["rank"]
+    if theirs["site"] == group.site:
+        call, lists = (f"at {group.site}", f"rank {me} passed {ranks}, rank {other} passed "
+                       f"{theirs['ranks']}")
+    else:
+        call, lists = ("", f"rank {me} passed {ranks} at {group.site}, rank {other} passed "
+                           f"{theirs['ranks']} at {theirs['site']}")
+    msg = (f"{GROUP_MISMATCH_PREFIX}the new_group call {call}{' ' if call else ''}(group "
+           f"{group._lazy_name!r}) was given different ranks on different ranks: {lists}. "
+           f"Every rank must pass the same ranks to the same new_group call, members or "
+           f"not: NCCL connects a group on first use, and the groups of one call share its "
+           f"store keys, so on GPUs this hangs or mixes up data at the first collective. "
+           f"Fix: compute the ranks the same way on every rank (create every group on every "
+           f"rank, as Megatron's initialize_model_parallel does, and keep the one this rank "
+           f"is in), or pass use_local_synchronization=True when only the members create "
+           f"the group")
+    store.set(_VERDICT + str(me), msg)
+    raise GroupMismatch(msg)
 
 
 def _patch_dist(shim: Shim, lazy_groups: bool = False) -> None:
@@ -158,7 +205,7 @@ def _patch_dist(shim: Shim, lazy_groups: bool = False) -> None:
         gpu = default_gpu[0] if asked is None else map_backend(asked) != asked
         drop("new_group", bound)
         if nccl_like is None or not gpu:
-            return orig_new(**bound)
+            return _all_connected(orig_new(**bound), bound.get("timeout"))
         with lazy_gloo_subgroups(nccl_like):
             pg = orig_new(**bound)
         if isinstance(pg, nccl_like):
@@ -175,6 +222,21 @@ def _patch_dist(shim: Shim, lazy_groups: bool = False) -> None:
         _replace_everywhere(shim, "torch.distributed", orig_gather, _flat_gather(orig_gather))
     if not hasattr(dist, "ProcessGroupNCCL"):
         _set(shim, dist, "ProcessGroupNCCL", _nccl_stand_in())
+
+
+def _all_connected(pg: Any, timeout: Any) -> Any:
+    """``pg``, once all its members are connected when it is an eagerly connected gloo group
+    (:func:`~simharness.launch.lazy_group.agree_connected`: a member that destroys the group
+    at once would otherwise fail one still connecting)."""
+    from torch.distributed import distributed_c10d as c10d
+
+    from ..lazy_group import LazyGlooGroup, agree_connected
+
+    if (pg is None or pg is c10d.GroupMember.NON_GROUP_MEMBER or isinstance(pg, LazyGlooGroup)
+            or pg.size() < 2 or c10d._world.pg_map.get(pg, ("",))[0] != "gloo"):
+        return pg
+    agree_connected(c10d._get_process_group_store(pg), pg.size(), timeout)
+    return pg
 
 
 def _split_group(orig_split: Callable[..., Any], orig_new: Callable[..., Any],
@@ -206,7 +268,7 @@ def _split_group(orig_split: Callable[..., Any], orig_new: Callable[..., Any],
                 mine = orig_new(ranks=ranks, timeout=bound.get("timeout"),
                                 group_desc=bound.get("group_desc"),
                                 use_local_synchronization=True)
-        return mine
+        return _all_connected(mine, bound.get("timeout"))
 
     return split_group
 

@@ -27,8 +27,8 @@ from .rng import RNG_CALLS, _patch_rng
 from .streams import NVTX_CALLS, STREAM_CALLS, _patch_streams
 from .tensors import _enter_tensor_mode
 
-#: ``SIMHARNESS_LAZY_GROUPS=1``: subgroups asked of NCCL connect on first use, as NCCL does
-#: (not yet the default: Megatron's 40-test fixture then hangs, see docs/gpu-shim.md).
+#: Subgroups asked of NCCL connect on first use, as NCCL does, unless
+#: ``SIMHARNESS_LAZY_GROUPS=0`` (every group connects at creation).
 ENV_LAZY_GROUPS = "SIMHARNESS_LAZY_GROUPS"
 
 _LOCK = threading.Lock()
@@ -90,7 +90,7 @@ def install(local_rank: int, local_world_size: int, *, lazy_gloo: bool = False,
     An unknown name raises :class:`~.identity.UnknownGPU`.
 
     ``lazy_groups``: subgroups asked of NCCL are connected on first use, as NCCL does
-    (:mod:`.dist`). None: ``SIMHARNESS_LAZY_GROUPS=1`` turns it on, never with
+    (:mod:`.dist`). None: on unless ``SIMHARNESS_LAZY_GROUPS=0``, and never with
     ``compute_stops`` (capture makes its subgroups lazy itself).
 
     ``lazy_gloo`` (capture): ``TORCH_GLOO_LAZY_INIT=1`` unless already set, so a group's

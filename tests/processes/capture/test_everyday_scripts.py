@@ -124,6 +124,45 @@ def test_ranks_blocked_on_diverging_calls_are_named_within_seconds(tmp_path, how
 
 
 @pytest.mark.parametrize("how", ["order", "some"])
+def test_via_store_names_the_divergence_within_seconds_too(tmp_path, how):
+    # The rank entry under torchrun with --via-store (no shared folder): the blocked ranks
+    # post their partial records on the job's store, stop within the grace, and rank 0
+    # gathers every record and the merged capture, whose findings name the divergence.
+    from simharness.launch.launcher import free_port
+
+    out_dir = tmp_path / "node0"
+    env = {**os.environ, "HOW": how, "TMPDIR": str(tmp_path), "PYTHONPATH": os.pathsep.join(
+        [str(ROOT), os.environ.get("PYTHONPATH", "")])}
+    env.pop("PYTHONHASHSEED", None)
+    t0 = time.monotonic()
+    job = subprocess.run(
+        [sys.executable, "-m", "torch.distributed.run", "--nnodes", "1", "--nproc-per-node",
+         "4", "--rdzv-backend", "c10d", "--rdzv-endpoint", f"127.0.0.1:{free_port()}",
+         "--local-addr", "127.0.0.1", "-m", "simharness.capture.rank", "--out-dir",
+         str(out_dir), "--via-store", "--store-wait", "60", "--timeout", "120", "--",
+         str(SCRIPTS / "order_hang.py")], env=env, capture_output=True, text=True, timeout=240)
+    elapsed = time.monotonic() - t0
+    assert elapsed < 30, f"named after {elapsed:.0f} s: {job.stderr[-2000:]}"
+    assert job.returncode != 0   # the ranks were stopped, as a real job would hang
+    assert sorted(p.name for p in out_dir.glob("rank-*.json")) == [
+        f"rank-0000{r}.json" for r in range(4)], job.stderr[-2000:]
+    assert not list(out_dir.glob("partial-*"))   # partial records stay on the store
+    res = run_cli(["capture", "--merge", str(out_dir), "--out", str(tmp_path / "cap.json")])
+    assert res.returncode == 1, res.stdout + res.stderr
+    out = text(res)
+    if how == "order":
+        assert ("capture-divergence: rank 2 creates its groups in a different order from "
+                "rank 0: collective new_group call 0 is ALL [0, 1, 2, 3] at") in out, out
+    else:
+        assert ("capture-missing-call: rank 3 never makes collective new_group call 0 "
+                "(LOGGING [0, 1, 2, 3] at") in out, out
+    assert "waited for each other in torch.distributed" in out
+    cap = Capture.from_dict(json.loads((out_dir / "capture.json").read_text()))
+    assert cap.meta["route"] == "c10d-store"
+    assert all(cap.records[r].status in ("timeout", "stopped") for r in range(4))
+
+
+@pytest.mark.parametrize("how", ["order", "some"])
 def test_fast_names_the_same_bugs_in_a_gpu_style_script(tmp_path, how):
     # torch.cuda.set_device is a no-op under --fast, recorded as ignored
     res, cap, _ = capture(tmp_path, "order_hang.py", 4, *FAST, env={"HOW": how})

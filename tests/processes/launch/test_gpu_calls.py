@@ -19,7 +19,7 @@ CASES = "tests/fixtures/launch/gpu_calls_cases.py"
 def simharness(*args: str, timeout: int = 300) -> subprocess.CompletedProcess:
     env = dict(os.environ)
     env.pop("SIMHARNESS_GPU", None)
-    env["SIMHARNESS_LAZY_GROUPS"] = "1"  # NCCL-style subgroups, connected on first use
+    env.pop("SIMHARNESS_LAZY_GROUPS", None)  # the default: NCCL-style subgroups, lazy
     env["PYTHONPATH"] = str(ROOT) + os.pathsep + env.get("PYTHONPATH", "")
     return subprocess.run([sys.executable, "cli.py", *args], cwd=ROOT, env=env,
                           capture_output=True, text=True, timeout=timeout)
@@ -45,9 +45,9 @@ def test_gpu_style_cases_on_two_cpu_ranks():
                      r"'transformer_engine' at \S*gpu_calls_cases.py:\d+\)", text), text
     # the rank-dependent group is named on first use (rank 0), in seconds, not a hang
     assert "test_rank_dependent_new_group_used  (first failing rank 0;" in text, text
-    assert re.search(r"GroupMismatch: new_group '\d+' was created with different ranks: rank 0 "
-                     r"passed \[0, 1\] at \S*gpu_calls_cases.py:\d+, rank 1 passed \[1\] at "
-                     r"\S*gpu_calls_cases.py:\d+", text), text
+    assert re.search(r"GroupMismatch: rank-dependent new_group: the new_group call at "
+                     r"\S*gpu_calls_cases.py:\d+ \(group '\d+'\) was given different ranks on "
+                     r"different ranks: rank 0 passed \[0, 1\], rank 1 passed \[1\]\.", text), text
     assert verdicts["test_rank_dependent_new_group_left_unused"][1] < 10, text
     assert verdicts["test_rank_dependent_new_group_used"][1] < 10, text
     assert "6 passed, 1 failed, 1 skipped (1 need a GPU), 0 hung" in text, text

@@ -486,7 +486,7 @@ def test_monitored_barrier_names_an_absent_rank_at_once(backend, lazy, monkeypat
     so over 16 groups the lazy case gets stuck but once in 65536 runs: the check can fail."""
     if lazy:
         monkeypatch.setenv("TORCH_GLOO_LAZY_INIT", "1")
-    monkeypatch.setenv("SIMHARNESS_LAZY_GROUPS", "1")  # the nccl groups connect on first use
+    monkeypatch.delenv("SIMHARNESS_LAZY_GROUPS", raising=False)  # default: nccl ones lazy
     groups = 16 if lazy else 8
     res, text = launch_in_child([str(SCRIPTS / "absent_rank.py"), "--groups", str(groups),
                                  "--backend", backend], 2)

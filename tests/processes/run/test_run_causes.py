@@ -3,7 +3,7 @@ followed by a waiting teardown, a knock-on failure after a stop, a collection er
 rank, the first rank to fail, a JUnit file when nothing was judged, no round for nothing.
 
 Fixtures: tests/fixtures/run/stop_cases.py, import_error_on_rank_1.py,
-fails_first_on_rank_1.py.
+fails_first_on_rank_1.py, rank_dependent_groups.py.
 """
 
 from __future__ import annotations
@@ -18,6 +18,7 @@ from support.paths import ROOT
 
 STOPS = "tests/fixtures/run/stop_cases.py"
 IMPORT_ERROR = "tests/fixtures/run/import_error_on_rank_1.py"
+RANK_DEPENDENT = "tests/fixtures/run/rank_dependent_groups.py"
 TIMEOUT = 240
 
 
@@ -104,3 +105,44 @@ def test_a_script_names_the_rank_that_failed_first_not_the_lowest():
     assert out.returncode == 3, out.stdout + out.stderr
     assert out.stderr.splitlines()[-1] == ("rank 1 exited with status 3 (the first to fail); "
                                            "ranks 0 were stopped or failed after it"), out.stderr
+
+
+def test_a_rank_dependent_new_group_is_named_within_the_grace_not_hung():
+    """rank_dependent_groups.py on 4 ranks (--timeout 60, --diverge-grace 2): each rank
+    creates only its own pair's group, then uses it and the world. The pair that uses it
+    second names the mismatch (the call, both lists, the line, the fix); the pair left
+    waiting in the world's collective is stopped after the grace; the next test runs."""
+    out = simharness("run", "-n", "4", "--timeout", "60", "--diverge-grace", "2", "--",
+                     "pytest", "-q", "-p", "no:randomly", RANK_DEPENDENT)
+    text = out.stdout
+    assert out.returncode == 1, text + out.stderr
+    got = re.findall(r"^(PASSED|FAILED|SKIPPED|HUNG|DIVERGED)\s+([\d.]+)s\s+\S+::(\w+)"
+                     r"(?:  \(first failing rank \d+; failing ranks ([\d,-]+)\))?", text, re.M)
+    assert [(label, name) for label, _, name, _ in got] == [
+        ("FAILED", "test_each_rank_creates_only_its_own_group"),
+        ("PASSED", "test_the_next_test_runs")], text
+    # named after the odd pair's 2 s and the 2 s grace, far inside the 60 s timeout
+    assert float(got[0][1]) < 20, text
+    found = re.search(r"^    rank-dependent new_group: the new_group call at "
+                      r"\S*rank_dependent_groups.py:(\d+) \(group '\d+'\) was given different "
+                      r"ranks on different ranks: rank (\d) passed (\[\d, \d\]), rank (\d) "
+                      r"passed (\[\d, \d\])\. Every rank must pass the same ranks", text, re.M)
+    assert found, text
+    source = (ROOT / RANK_DEPENDENT).read_text().splitlines()
+    line = next(n for n, src in enumerate(source, 1) if "new_group(" in src)
+    assert int(found[1]) == line
+    # each rank named with the list it passed: its own pair
+    for rank, ranks in ((found[2], found[3]), (found[4], found[5])):
+        assert ranks == ("[0, 2]" if int(rank) % 2 == 0 else "[1, 3]"), text
+    assert found[3] != found[5]
+    assert "Fix: compute the ranks the same way on every rank" in text
+    assert "use_local_synchronization=True when only the members create the group" in text
+    failing = got[0][3]
+    if failing in ("0,2", "1,3"):  # one pair connected and waited for the other: stopped
+        held = "1,3" if failing == "0,2" else "0,2"
+        assert re.search(rf"^    ranks {held} were still inside the test [\d.]+s after it "
+                         rf"started, waiting for ranks {failing}, and were stopped$", text,
+                         re.M), text
+    else:
+        assert failing == "0-3", text
+    assert "1 passed, 1 failed, 0 skipped, 0 hung" in text, text

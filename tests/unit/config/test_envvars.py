@@ -42,6 +42,7 @@ GOOD = {
     "SIMHARNESS_DEBUG": [("1", True), ("off", False), ("TRUE", True)],
     "SIMHARNESS_CAPTURE_START_SLOTS": [("0", 0), ("4", 4)],
     "SIMHARNESS_EAGER_SUBGROUPS": [("1", True), ("0", False)],
+    "SIMHARNESS_LAZY_GROUPS": [("0", False), ("off", False), ("1", True)],
     "SIMHARNESS_START_SLOTS": [("/tmp/s:4", ("/tmp/s", 4))],
     "SIMHARNESS_RUN_TIMEOUT": [("2.5", 2.5)],
     "SIMHARNESS_RUN_GRACE": [("0", 0.0)],
@@ -87,6 +88,9 @@ def test_unset_or_empty_is_the_default():
     assert read("SIMHARNESS_RUN_TIMEOUT", {}) == 120.0
     assert read("SIMHARNESS_MEMORY_LIMIT", {"SIMHARNESS_MEMORY_LIMIT": ""}) is None
     assert read("SIMHARNESS_RUN_GRACE", {}, default=5.0) == 5.0
+    # the shim's NCCL-style subgroups connect on first use unless switched off
+    assert read("SIMHARNESS_LAZY_GROUPS", {}) is True
+    assert read("SIMHARNESS_LAZY_GROUPS", {"SIMHARNESS_LAZY_GROUPS": ""}) is True
 
 
 def test_an_unknown_name_is_refused_with_the_closest():

@@ -126,14 +126,14 @@ def test_no_new_round_after_the_last_test_hung():
     assert runner.judge_the_rest(rnd, recs, result, "/nonexistent") is False
 
 
-def _recorded(*reports):
+def _recorded(*reports, found=()):
     """The ``test`` record the rank plugin writes for ``reports`` (setup, call, teardown)."""
     from simharness.pytest_ranks.rank_plugin import RankSession
 
     rank = object.__new__(RankSession)
     written: list[dict] = []
     rank.reports = {"t::x": list(reports)}
-    rank.index, rank.world, rank.skip_told = {"t::x": 0}, 1, set()
+    rank.index, rank.world, rank.skip_told, rank.found = {"t::x": 0}, 1, set(), dict(found)
     rank.write = lambda **rec: written.append(rec)
     rank._record(SimpleNamespace(nodeid="t::x"), 0.5)
     return written[0]
@@ -154,3 +154,36 @@ def test_a_teardown_that_fails_after_a_needs_gpu_stop_is_the_stop_s_knock_on():
     rec = _recorded(_rep("setup", "passed"), _rep("call", "failed", "E   assert 1 == 2"),
                     _rep("teardown", "skipped", stop))
     assert (rec["outcome"], rec["needs_gpu"]) == ("failed", False)
+
+
+# ------------------------------------------------ a rank-dependent new_group
+MISMATCH = ("rank-dependent new_group: the new_group call at t.py:7 (group '1') was given "
+            "different ranks on different ranks: rank 1 passed [1, 3], rank 0 passed [0, 2]. "
+            "Every rank must pass the same ranks ... Fix: ...")
+
+
+def test_a_rank_dependent_new_group_is_the_cause_not_the_ranks_it_left_waiting():
+    records = {1: {"outcome": "failed", "longrepr": "E GroupMismatch: ...", "duration": 0.4,
+                   "group_mismatch": MISMATCH},
+               3: {"outcome": "failed", "longrepr": "E GroupMismatch: ...", "duration": 0.4,
+                   "group_mismatch": MISMATCH}}
+    hangs = {0: {"state": "diverged", "elapsed": 5.6, "stack": "in all_reduce"},
+             2: {"state": "diverged", "elapsed": 5.7, "stack": "in all_reduce"}}
+    v = verdict("t.py::test_x", records, world=4, hangs=hangs)
+    assert (v.outcome, v.ranks, v.first_rank) == ("failed", (1, 3), 1)
+    lines = v.detail.splitlines()
+    assert lines[0] == MISMATCH
+    assert lines[1] == ("ranks 0,2 were still inside the test 5.7s after it started, waiting "
+                        "for ranks 1,3, and were stopped")
+    assert lines[2:] == ["--- rank 1 ---", "E GroupMismatch: ..."]
+    # without it, the same stopped ranks read as a divergence (a rank-dependent skip)
+    plain = {r: {k: x for k, x in rec.items() if k != "group_mismatch"}
+             for r, rec in records.items()}
+    assert verdict("t.py::test_x", plain, world=4, hangs=hangs).outcome == "diverged"
+
+
+def test_the_rank_plugin_records_the_finding_of_a_failed_test():
+    fail = SimpleNamespace(when="call", failed=True, skipped=False, longrepr="E GroupMismatch")
+    rec = _recorded(fail, found={0: MISMATCH})
+    assert rec["outcome"] == "failed" and rec["group_mismatch"] == MISMATCH
+    assert "group_mismatch" not in _recorded(fail)
