@@ -154,3 +154,17 @@ def test_a_teardown_that_fails_after_a_needs_gpu_stop_is_the_stop_s_knock_on():
     rec = _recorded(_rep("setup", "passed"), _rep("call", "failed", "E   assert 1 == 2"),
                     _rep("teardown", "skipped", stop))
     assert (rec["outcome"], rec["needs_gpu"]) == ("failed", False)
+
+
+def test_an_assertion_on_a_tensors_device_names_the_shims_known_difference():
+    """A test asserting ``x.device.type == "cuda"`` fails on CPU ranks (the tensor the shim
+    kept on the CPU says "cpu"): still failed, with the cause named first; an assertion on
+    something else gets no such line."""
+    from simharness.pytest_ranks.verdicts import DEVICE_HINT
+
+    rec = {"outcome": "failed", "longrepr": "    assert x.device.type == 'cuda'\n"
+                                            "E   AssertionError: assert 'cpu' == 'cuda'"}
+    v = verdict("t::d", {0: rec, 1: rec}, 2)
+    assert v.outcome == "failed" and v.detail.splitlines()[0] == DEVICE_HINT
+    other = {"outcome": "failed", "longrepr": "E   AssertionError: assert 3 == 4"}
+    assert DEVICE_HINT not in verdict("t::e", {0: other}, 1).detail
