@@ -121,6 +121,8 @@ def verdict(nodeid: str, records: Mapping[int, Mapping], world: int,
             extra.insert(0, knock_on_hint(*after_stop))
         elif device_identity(detail):
             extra.insert(0, DEVICE_HINT)
+        elif _SPLITS_AS_TENSOR in detail:
+            extra.insert(0, SPLITS_HINT)
         return Verdict(nodeid, "failed", tuple(sorted(set(failing) | set(lost))), r0,
                        "\n".join([*extra, detail]).strip(), duration)
     skipped = sorted(r for r, rec in records.items() if rec.get("outcome") == "skipped")
@@ -152,6 +154,16 @@ def _skip_diverged(nodeid: str, records: Mapping[int, Mapping], hangs: Mapping[i
 DEVICE_HINT = ("the assertion reads a tensor's device: the shim keeps tensors put on CUDA on "
                "the CPU, where they report device 'cpu' and is_cuda False; this cannot be "
                "faithful on CPU ranks (docs/gpu-shim.md, \"Known differences\")")
+
+
+#: torch's refusal of a tensor where a list of split sizes goes, and the line it gets: code
+#: that moves split sizes to the host as NumPy only when they are on CUDA (``if t.is_cuda``)
+#: keeps them a tensor on CPU ranks.
+_SPLITS_AS_TENSOR = "all_to_all_single(): incompatible function arguments"
+SPLITS_HINT = ("split sizes reached all_to_all_single as a tensor: code that turns them into "
+               "a list or NumPy array only when they are on CUDA (if t.is_cuda: ...) keeps "
+               "them a tensor on CPU ranks, where the shim's tensors report device 'cpu'; "
+               "this cannot be faithful on CPU ranks (docs/gpu-shim.md, \"Known differences\")")
 
 
 def device_identity(detail: str) -> bool:

@@ -168,3 +168,13 @@ def test_an_assertion_on_a_tensors_device_names_the_shims_known_difference():
     assert v.outcome == "failed" and v.detail.splitlines()[0] == DEVICE_HINT
     other = {"outcome": "failed", "longrepr": "E   AssertionError: assert 3 == 4"}
     assert DEVICE_HINT not in verdict("t::e", {0: other}, 1).detail
+
+
+def test_split_sizes_kept_a_tensor_by_a_device_branch_name_the_known_difference():
+    from simharness.pytest_ranks.verdicts import SPLITS_HINT
+
+    rec = {"outcome": "failed", "longrepr": (
+        "E   TypeError: all_to_all_single(): incompatible function arguments. The following "
+        "argument types are supported:\nE   Invoked with: ..., tensor([52, 52]), ...")}
+    v = verdict("t::a2a", {0: rec}, 1)
+    assert v.outcome == "failed" and v.detail.splitlines()[0] == SPLITS_HINT
