@@ -103,6 +103,8 @@ def main(argv=None) -> int:
     ap.add_argument("--suite", action="append", default=[],
                     help="only this upstream suite (repeatable; no default files)")
     ap.add_argument("--log", help="write each verdict not passed, with its detail, here")
+    ap.add_argument("--only", action="append", default=[], metavar="PATH",
+                    help="of a suite's files, only this one (repeatable)")
     args = ap.parse_args(argv)
     jobs: list[tuple[str | tuple[str, ...], int, str | None, tuple[str, ...]]] = (
         [(f, args.n, None, ()) for f in args.files] if args.files
@@ -124,8 +126,12 @@ def main(argv=None) -> int:
                 print(f"{suite.name}: needs an interpreter without another {suite.imports} "
                       f"(this one imports it from {where}; docs/run.md)")
             else:
-                jobs.append((suite.run, suite.ranks, None if suite.package else str(root),
-                             suite.pytest_args))
+                runs = tuple(f for f in suite.runs if not args.only or f in args.only)
+                if not runs:
+                    print(f"{suite.name}: none of its files is given by --only")
+                    continue
+                jobs.append((runs[0] if isinstance(suite.run, str) else runs, suite.ranks,
+                             None if suite.package else str(root), suite.pytest_args))
     print(f"{cores()} CPU cores; load average {os.getloadavg()[0]:.1f}; "
           f"{memory_plan(8).describe()}")
     print(f"{'file':45} {'W':>2} {'tests':>5} {'pass':>4} {'fail':>4} {'skip':>4} "

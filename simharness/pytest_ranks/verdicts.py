@@ -119,7 +119,7 @@ def verdict(nodeid: str, records: Mapping[int, Mapping], world: int,
         extra = [f"rank {r}: {why}" for r, why in lost.items()]
         if after_stop is not None:
             extra.insert(0, knock_on_hint(*after_stop))
-        elif device_identity(detail):
+        if device_identity(detail):  # a known cause first, before a possible knock-on
             extra.insert(0, DEVICE_HINT)
         elif _SPLITS_AS_TENSOR in detail:
             extra.insert(0, SPLITS_HINT)

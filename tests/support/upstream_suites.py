@@ -100,6 +100,15 @@ MEGATRON_MAIN_FILES = (
     "tests/unit_tests/pipeline_parallel/test_helpers.py",
     "tests/unit_tests/dist_checkpointing/test_mapping.py",
     "tests/unit_tests/transformer/moe/test_a2a_token_dispatcher.py",
+    "tests/unit_tests/distributed/test_param_and_grad_buffer.py",
+    "tests/unit_tests/distributed/test_param_layout.py",
+    "tests/unit_tests/pipeline_parallel/test_pipeline_layout.py",
+    "tests/unit_tests/pipeline_parallel/test_mtp_loss_scale.py",
+    "tests/unit_tests/dist_checkpointing/test_serialization.py",
+    "tests/unit_tests/dist_checkpointing/test_nonpersistent.py",
+    "tests/unit_tests/dist_checkpointing/test_torch_dist.py",
+    "tests/unit_tests/dist_checkpointing/test_validation.py",
+    "tests/unit_tests/transformer/moe/test_routers.py",
 )
 
 

@@ -178,3 +178,5 @@ def test_split_sizes_kept_a_tensor_by_a_device_branch_name_the_known_difference(
         "argument types are supported:\nE   Invoked with: ..., tensor([52, 52]), ...")}
     v = verdict("t::a2a", {0: rec}, 1)
     assert v.outcome == "failed" and v.detail.splitlines()[0] == SPLITS_HINT
+    after = verdict("t::a2a", {0: rec}, 1, after_stop=("u::x", [0])).detail.splitlines()
+    assert after[0] == SPLITS_HINT and after[1].startswith("after a needs-GPU stop in u::x")
