@@ -18,7 +18,8 @@ downloaded). ``--suite NAME`` runs only that suite. A suite of several files
 (``megatron-lm-main``: Megatron-LM main's unit tests with the ``megatron`` of the same commit)
 runs them in one ``simharness run`` and prints a row per file; it needs an interpreter in
 which ``megatron.core`` resolves to the suite's own copy (docs/run.md, "Megatron-LM main").
-``--log FILE`` writes every verdict not passed with its detail (the first 40 lines).
+``--log FILE`` writes every verdict not passed with its detail (its first 20 and last 40
+lines).
 
 Columns: ``gpu`` = skipped because a call needs a real GPU (part of ``skip``); ``div`` =
 diverged (the ranks did not all run the test).
@@ -150,7 +151,9 @@ def main(argv=None) -> int:
         if log is not None:
             for v in verdicts:
                 if v.outcome != "passed":
-                    detail = "\n    ".join(v.detail.splitlines()[:40])
+                    lines = v.detail.splitlines()
+                    cut = lines if len(lines) <= 60 else [*lines[:20], "...", *lines[-40:]]
+                    detail = "\n    ".join(cut)
                     log.write(f"{v.label} {v.nodeid}\n    {detail}\n")
             log.flush()
         if not isinstance(path, str):

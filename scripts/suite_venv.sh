@@ -10,7 +10,7 @@ set -euo pipefail
 venv=${1:-.venv-suite}
 "${PYTHON:-python3}" -m venv "$venv"
 "$venv/bin/pip" install -q torch==2.13.0 triton pytest pyyaml einops click requests numpy \
-    packaging networkx typing_extensions
+    packaging networkx typing_extensions psutil
 "$venv/bin/pip" install -q --no-deps -e "$(dirname "$0")/.."
 site=$("$venv/bin/python" -c 'import site; print(site.getsitepackages()[0])')
 if ! "$venv/bin/python" -c 'import typing; typing.override' 2>/dev/null; then
