@@ -126,6 +126,14 @@ def test_streams_per_device_with_a_current_one_set_and_restored():
     assert calls.current_stream() == default and ev.query()
     with pytest.raises(RuntimeError, match="invalid device ordinal"):
         calls.current_stream(2)
+    # torch.cuda.stream(s) is an object, entered twice as Megatron's start_grad_sync does
+    ctx = calls.stream(side)
+    for _ in range(2):
+        with ctx as bound:
+            assert bound is None and calls.current_stream() == side
+        assert calls.current_stream() == default
+    with calls.stream(None):
+        assert calls.current_stream() == default
 
 
 def test_nvtx_depth_as_nvtx_returns_it():
