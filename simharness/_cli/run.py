@@ -100,9 +100,28 @@ def _sizes(world, nproc, nnodes) -> tuple[int, int]:
     return nproc, nnodes
 
 
-def _choose_gpu(name: str | None) -> None:
-    """Check ``--gpu`` (else ``SIMHARNESS_GPU``) against the shim's table and hand it to the
-    ranks in ``SIMHARNESS_GPU``; an unknown name is one ``error:`` line."""
+def _topology_gpu(topology: str) -> str:
+    """The shim's key for the GPU of cluster file ``topology`` (``[node] gpu``); one
+    ``error:`` line when the file is bad or its GPU is not in the shim's table."""
+    from ..launch.gpu_shim.identity import GPUS, gpu_for_description
+    from ..topology.errors import TopologyError
+    from ..topology.loader import load_spec
+
+    try:
+        spec = load_spec(topology)
+    except TopologyError as exc:
+        fail(f"--topology: {exc}")
+    found = gpu_for_description(spec.node.gpu)
+    if found is None:
+        fail(f"--topology {topology}: its GPU {spec.node.gpu!r} is not one the shim knows "
+             f"({', '.join(sorted(GPUS))}); give --gpu NAME instead")
+    return found.key
+
+
+def _choose_gpu(name: str | None, topology: str | None = None) -> None:
+    """Check ``--gpu`` (else ``--topology``'s GPU, else ``SIMHARNESS_GPU``) against the
+    shim's table and hand it to the ranks in ``SIMHARNESS_GPU``; an unknown name, or
+    ``--gpu`` and ``--topology`` naming different GPUs, is one ``error:`` line."""
     from ..launch.gpu_shim.identity import ENV_GPU, UnknownGPU, gpu_spec
 
     given = name if name is not None else os.environ.get(ENV_GPU)
@@ -111,6 +130,12 @@ def _choose_gpu(name: str | None) -> None:
     except UnknownGPU as exc:
         where = "--gpu" if name is not None else f"the environment's {ENV_GPU}"
         fail(f"{where}: {exc}")
+    if topology is not None:
+        key = _topology_gpu(topology)
+        if name is not None and spec.key != key:
+            fail(f"--gpu {name} and --topology {topology} (GPU {key}) disagree; give one "
+                 f"of them")
+        spec = gpu_spec(key)
     os.environ[ENV_GPU] = spec.key
 
 
@@ -184,9 +209,12 @@ def register(main: click.Group) -> None:
               help="The GPU each rank's device reports to torch.cuda (name, compute "
                    "capability, SMs, memory): h100 (default), h100-pcie, h200, b200, a100, "
                    "a100-40gb, l40s, v100; also SIMHARNESS_GPU. See docs/gpu-shim.md.")
+@click.option("--topology", default=None, metavar="NAME|FILE",
+              help="Report the GPU of this cluster file (topologies/*.toml), as --gpu "
+                   "does; with --gpu, both must name the same GPU.")
 @click.argument("command", nargs=-1, type=click.UNPROCESSED)
 def run_cmd(world, nproc, nnodes, rdzv_endpoint, run_id, timeout, grace, collect_timeout, junit,
-            log_dir, results_dir, mem_per_rank, no_shim, gpu, command):
+            log_dir, results_dir, mem_per_rank, no_shim, gpu, topology, command):
     """Start W ranks the way torchrun does (torch's elastic agent, c10d rendezvous on
     127.0.0.1), with a shim that answers the CUDA device calls per local rank and runs
     NCCL as gloo, and run a pytest file or a script on every rank.
@@ -209,7 +237,7 @@ def run_cmd(world, nproc, nnodes, rdzv_endpoint, run_id, timeout, grace, collect
           --results-dir /shared/run -- pytest tests/test_x.py      # on each node
     """
     nproc, nnodes = _sizes(world, nproc, nnodes)
-    _choose_gpu(gpu)
+    _choose_gpu(gpu, topology)
     refuse_option_as_command(command)
     kind, words = parse_command(command)
     if kind == "pytest":

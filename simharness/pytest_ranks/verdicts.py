@@ -125,6 +125,10 @@ def verdict(nodeid: str, records: Mapping[int, Mapping], world: int,
         extra = [f"rank {r}: {why}" for r, why in lost.items()]
         if after_stop is not None:
             extra.insert(0, knock_on_hint(*after_stop))
+        if device_identity(detail):  # a known cause first, before a possible knock-on
+            extra.insert(0, DEVICE_HINT)
+        elif _SPLITS_AS_TENSOR in detail:
+            extra.insert(0, SPLITS_HINT)
         return Verdict(nodeid, "failed", tuple(sorted(set(failing) | set(lost))), r0,
                        "\n".join([*extra, detail]).strip(), duration)
     skipped = sorted(r for r, rec in records.items() if rec.get("outcome") == "skipped")
@@ -170,6 +174,41 @@ def _skip_diverged(nodeid: str, records: Mapping[int, Mapping], hangs: Mapping[i
     for r in diverged:
         parts.append(f"--- rank {r} stack ---\n{hangs[r].get('stack', '').rstrip()}")
     return Verdict(nodeid, "diverged", tuple(diverged), diverged[0], "\n".join(parts), duration)
+
+
+#: The line a failure gets when its assertion compared a tensor's device with CUDA.
+DEVICE_HINT = ("the assertion reads a tensor's device: the shim keeps tensors put on CUDA on "
+               "the CPU, where they report device 'cpu' and is_cuda False; this cannot be "
+               "faithful on CPU ranks (docs/gpu-shim.md, \"Known differences\")")
+
+
+#: torch's refusal of a tensor where a list of split sizes goes, and the line it gets: code
+#: that moves split sizes to the host as NumPy only when they are on CUDA (``if t.is_cuda``)
+#: keeps them a tensor on CPU ranks.
+_SPLITS_AS_TENSOR = "all_to_all_single(): incompatible function arguments"
+SPLITS_HINT = ("split sizes reached all_to_all_single as a tensor: code that turns them into "
+               "a list or NumPy array only when they are on CUDA (if t.is_cuda: ...) keeps "
+               "them a tensor on CPU ranks, where the shim's tensors report device 'cpu'; "
+               "this cannot be faithful on CPU ranks (docs/gpu-shim.md, \"Known differences\")")
+
+
+def device_identity(detail: str) -> bool:
+    r"""Whether a failure's assertion (an ``E`` line of pytest's report) compares a device
+    with CUDA: ``'cpu' == 'cuda'``, ``device(type='cpu')``, ``is_cuda``.
+
+    >>> device_identity("E       AssertionError: assert 'cpu' == 'cuda'")
+    True
+    >>> device_identity("E   assert False\nE    +  where False = tensor([1.]).is_cuda")
+    True
+    >>> device_identity("E       assert 'cpu' == 'meta'"), device_identity("is_cuda")
+    (False, False)
+    """
+    lines = [ln for ln in detail.splitlines() if ln.lstrip().startswith("E ")]
+    text = "\n".join(lines)
+    if "AssertionError" not in text and "assert " not in text:
+        return False
+    return ".is_cuda" in text or ("cuda" in text and ("'cpu'" in text
+                                                       or "type='cpu'" in text))
 
 
 def knock_on_hint(stopped_in: str, ranks: Iterable[int]) -> str:

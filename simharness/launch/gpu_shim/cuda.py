@@ -23,17 +23,30 @@ from .common import (
 )
 from .identity import DeviceProperties
 
+#: The methods of a CUDA build's ``torch.cuda.CUDAGraph`` (its ``torch._C._CUDAGraph`` base,
+#: ``torch/_C/__init__.pyi`` of torch 2.13): a CPU build's class lacks the C ones, so code
+#: that checks for them (Megatron's ``CudaRNGStatesTracker(use_cudagraphable_rng=True)``:
+#: ``hasattr(torch.cuda.CUDAGraph, "register_generator_state")``) would stop on its own
+#: assertion instead of at the graph-safe RNG call that needs the GPU.
+CUDA_GRAPH_METHODS = ("capture_begin", "capture_end", "instantiate", "register_generator_state",
+                      "replay", "reset", "pool", "enable_debug_mode", "debug_dump",
+                      "raw_cuda_graph", "raw_cuda_graph_exec", "get_graph_data")
+
 
 def _refuser(name: str) -> Any:
     def refuse(*_args: Any, **_kwargs: Any) -> Any:
         raise NeedsGPU(f"torch.cuda.{name}", user_site())
 
     class Refused:
-        """Stands for a CUDA class; constructing it raises NeedsGPU."""
+        """Stands for a CUDA class; constructing it, or calling its methods through the
+        class, raises NeedsGPU."""
 
         def __new__(cls, *_args: Any, **_kwargs: Any) -> Any:
             raise NeedsGPU(f"torch.cuda.{name}", user_site())
 
+    if name == "CUDAGraph":
+        for method in CUDA_GRAPH_METHODS:
+            setattr(Refused, method, _refuser(f"CUDAGraph.{method}"))
     return Refused if name[:1].isupper() else refuse
 
 

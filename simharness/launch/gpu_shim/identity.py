@@ -23,6 +23,7 @@ Capability".
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 
 from ...errors import SimharnessError
@@ -104,6 +105,36 @@ SIMHARNESS_GPU=NAME)
         raise UnknownGPU(f"GPU {name!r} is not one the shim knows; give one of "
                          f"{', '.join(sorted(GPUS))} (--gpu NAME or {ENV_GPU}=NAME)")
     return GPUS[key]
+
+
+def gpu_for_description(text: str) -> GpuSpec | None:
+    """The row a cluster file's GPU description (``[node] gpu`` of ``topologies/*.toml``)
+    names, or None when it names none or a part the table lacks.
+
+    A row matches when its model (``H100``, ``A100``, ``L40S``, ...) is a word of the text;
+    ``PCIe`` in the text picks the PCIe part, and a memory size in the text (``80GB``,
+    ``141 GB``) must be the row's. A longer part name that merely ends in the model
+    (``GB200``, ``GH200``) is another part.
+
+    >>> gpu_for_description("H100 SXM5 80GB").key, gpu_for_description("H200 141GB HBM3e").key
+    ('h100', 'h200')
+    >>> gpu_for_description("A100 PCIe 40GB") is None, gpu_for_description("H800 SXM5 80GB")
+    (True, None)
+    >>> gpu_for_description("B200 (GB200 superchip)") is None
+    True
+    """
+    words = re.findall(r"[A-Z0-9]+", text.upper())
+    sizes = {int(m) for m in re.findall(r"(\d+)\s*GB\b", text.upper())}
+    pcie = "PCIE" in words
+    found = []
+    for spec in GPUS.values():
+        model = spec.key.split("-")[0].upper()
+        if model not in words or any(w != model and w.endswith(model) for w in words):
+            continue
+        if pcie != spec.key.endswith("-pcie") or (sizes and spec.memory_gb not in sizes):
+            continue
+        found.append(spec)
+    return found[0] if len(found) == 1 else None
 
 
 class DeviceProperties:

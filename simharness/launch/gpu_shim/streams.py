@@ -182,13 +182,39 @@ class StreamCalls:
         if stream is not None:
             self.shim.streams[stream.device_index] = stream
 
-    @contextlib.contextmanager
-    def stream(self, s: Any) -> Iterator[Any]:
-        if s is None:
-            yield None
-            return
-        with s:
-            yield s
+    def stream(self, s: Any) -> StreamContext:
+        return StreamContext(s)
+
+
+class StreamContext:
+    """``torch.cuda.stream(s)``: like torch's ``StreamContext`` (``torch/cuda/__init__.py``,
+    2.13), an object that may be entered again once left (Megatron-Core's
+    ``param_and_grad_buffer.py`` enters one ``stream_context`` twice in ``start_grad_sync``);
+    ``as`` binds None, as torch's ``__enter__`` returns nothing.
+
+    >>> class S:
+    ...     n = 0
+    ...     def __enter__(self): S.n += 1
+    ...     def __exit__(self, *e): S.n -= 1
+    >>> ctx = StreamContext(S())
+    >>> with ctx as got:
+    ...     inside = S.n
+    >>> with ctx:
+    ...     again = S.n
+    >>> got, inside, again, S.n
+    (None, 1, 1, 0)
+    """
+
+    def __init__(self, stream: Any):
+        self.stream = stream
+
+    def __enter__(self) -> None:
+        if self.stream is not None:
+            self.stream.__enter__()
+
+    def __exit__(self, *exc: Any) -> None:
+        if self.stream is not None:
+            self.stream.__exit__(*exc)
 
 
 class Nvtx:

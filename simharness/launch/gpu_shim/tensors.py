@@ -1,5 +1,14 @@
 """Tensors put on ``cuda`` land on CPU (a ``TorchFunctionMode``); with ``compute_stops`` they
-are marked and compute on them stops (:mod:`simharness.launch.cuda_origin`)."""
+are marked and compute on them stops (:mod:`simharness.launch.cuda_origin`).
+
+A mode is off while its own handler runs (torch pops it), and ``Tensor.backward`` /
+``torch.autograd.backward`` / ``grad`` reach the handler as one call: the autograd engine they
+start keeps the thread's modes as they were then, so the user code it runs (an autograd
+``Function``'s ``backward``, hooks, a checkpoint's recompute) would see CUDA devices unmapped
+(torch's "Cannot access accelerator device when none is available"). The engine's entry
+(``torch.autograd.graph._engine_run_backward``, torch 2.13) is wrapped to put the mode back
+on the stack for the pass, in the installing thread, when it is not on it already.
+"""
 
 from __future__ import annotations
 
@@ -14,6 +23,7 @@ if TYPE_CHECKING:
 from .common import (
     _HERE,
     _device_index,
+    _replace_everywhere,
     user_site,
 )
 from .rng import draws_on_cuda, on_generator, random_ops
@@ -36,6 +46,28 @@ def _enter_tensor_mode(shim: Shim, compute_stops: bool = False) -> None:
     mode = CudaToCpu()
     mode.__enter__()
     shim._undo.append(lambda: mode.__exit__(None, None, None))
+    if not compute_stops:
+        _keep_mode_in_backward(shim, mode)
+
+
+def _keep_mode_in_backward(shim: Shim, mode: Any) -> None:
+    """Run the autograd engine with ``mode`` on the stack (module doc)."""
+    import threading
+
+    import torch.autograd.graph as graph
+    from torch.overrides import _get_current_function_mode_stack
+
+    original = graph._engine_run_backward
+    owner = threading.get_ident()
+
+    def _engine_run_backward(*args: Any, **kwargs: Any) -> Any:
+        if threading.get_ident() != owner or any(
+                m is mode for m in _get_current_function_mode_stack()):
+            return original(*args, **kwargs)
+        with mode:
+            return original(*args, **kwargs)
+
+    _replace_everywhere(shim, "torch.autograd", original, _engine_run_backward)
 
 
 class _CudaTensors:

@@ -126,6 +126,14 @@ def test_streams_per_device_with_a_current_one_set_and_restored():
     assert calls.current_stream() == default and ev.query()
     with pytest.raises(RuntimeError, match="invalid device ordinal"):
         calls.current_stream(2)
+    # torch.cuda.stream(s) is an object, entered twice as Megatron's start_grad_sync does
+    ctx = calls.stream(side)
+    for _ in range(2):
+        with ctx as bound:
+            assert bound is None and calls.current_stream() == side
+        assert calls.current_stream() == default
+    with calls.stream(None):
+        assert calls.current_stream() == default
 
 
 def test_nvtx_depth_as_nvtx_returns_it():
@@ -166,3 +174,38 @@ def test_an_import_error_of_a_gpu_only_package_is_a_named_stop_and_others_are_no
             raise RuntimeError("DeepEP dispatcher unavailable") from e
     except RuntimeError as exc:
         assert missing_gpu_package(exc).package == "deep_ep"
+
+
+def test_a_name_imported_only_from_a_missing_gpu_package_is_a_named_stop(tmp_path, monkeypatch):
+    """Megatron-Core's pattern: ``FP8GlobalStateManager`` from transformer_engine in a ``try``,
+    used on a branch taken without it: a NameError that means the package is missing (also
+    ``import apex`` in a ``try``). A NameError of a name the module never imports from such a
+    package stays the code's own."""
+    (tmp_path / "fp8_user.py").write_text(
+        "try:\n"
+        "    from transformer_engine.pytorch.fp8 import FP8GlobalStateManager\n"
+        "    import apex\n"
+        "except ImportError:\n"
+        "    pass\n"
+        "def fp8():\n"
+        "    return FP8GlobalStateManager.is_fp8_enabled()\n"
+        "def norm():\n"
+        "    return apex.normalization\n"
+        "def typo():\n"
+        "    return FP8GlobalStateManagr\n", encoding="utf-8")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    import importlib
+
+    mod = importlib.import_module("fp8_user")
+    with pytest.raises(NameError) as got:
+        mod.fp8()
+    stop = missing_gpu_package(got.value)
+    assert stop is not None and stop.package == "transformer_engine"
+    assert stop.where == f"{tmp_path / 'fp8_user.py'}:7"
+    assert "imported from transformer_engine.pytorch.fp8 (line 2)" in str(stop)
+    with pytest.raises(NameError) as apex:
+        mod.norm()
+    assert missing_gpu_package(apex.value).package == "apex"
+    with pytest.raises(NameError) as own:
+        mod.typo()
+    assert missing_gpu_package(own.value) is None

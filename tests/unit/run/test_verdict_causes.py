@@ -187,3 +187,29 @@ def test_the_rank_plugin_records_the_finding_of_a_failed_test():
     rec = _recorded(fail, found={0: MISMATCH})
     assert rec["outcome"] == "failed" and rec["group_mismatch"] == MISMATCH
     assert "group_mismatch" not in _recorded(fail)
+
+
+def test_an_assertion_on_a_tensors_device_names_the_shims_known_difference():
+    """A test asserting ``x.device.type == "cuda"`` fails on CPU ranks (the tensor the shim
+    kept on the CPU says "cpu"): still failed, with the cause named first; an assertion on
+    something else gets no such line."""
+    from simharness.pytest_ranks.verdicts import DEVICE_HINT
+
+    rec = {"outcome": "failed", "longrepr": "    assert x.device.type == 'cuda'\n"
+                                            "E   AssertionError: assert 'cpu' == 'cuda'"}
+    v = verdict("t::d", {0: rec, 1: rec}, 2)
+    assert v.outcome == "failed" and v.detail.splitlines()[0] == DEVICE_HINT
+    other = {"outcome": "failed", "longrepr": "E   AssertionError: assert 3 == 4"}
+    assert DEVICE_HINT not in verdict("t::e", {0: other}, 1).detail
+
+
+def test_split_sizes_kept_a_tensor_by_a_device_branch_name_the_known_difference():
+    from simharness.pytest_ranks.verdicts import SPLITS_HINT
+
+    rec = {"outcome": "failed", "longrepr": (
+        "E   TypeError: all_to_all_single(): incompatible function arguments. The following "
+        "argument types are supported:\nE   Invoked with: ..., tensor([52, 52]), ...")}
+    v = verdict("t::a2a", {0: rec}, 1)
+    assert v.outcome == "failed" and v.detail.splitlines()[0] == SPLITS_HINT
+    after = verdict("t::a2a", {0: rec}, 1, after_stop=("u::x", [0])).detail.splitlines()
+    assert after[0] == SPLITS_HINT and after[1].startswith("after a needs-GPU stop in u::x")
