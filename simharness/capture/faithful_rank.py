@@ -89,7 +89,7 @@ def exit_now(status: int) -> None:
     """``os._exit`` after draining the prefixed output and ending the processes the script
     started (:mod:`.children`)."""
     try:
-        from .children import end_descendants
+        from ..launch.children import end_descendants
 
         end_descendants(wait_s=0.5)
     finally:
@@ -431,7 +431,7 @@ def main(argv: list[str] | None = None) -> int:
     from ..launch.stagger import SLOTS_ENV, start_slot
 
     ns = parse(sys.argv[1:] if argv is None else argv)
-    from .children import become_subreaper
+    from ..launch.children import become_subreaper
 
     become_subreaper()  # orphans of the script's processes stay in this rank's tree
     os.environ.update(slurm_environ(os.environ))

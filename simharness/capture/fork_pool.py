@@ -108,7 +108,7 @@ def _worker_main(job, ranks, conn, stop, dump_path, isolate, accelerate) -> None
         os.dup2(2, 1)  # the script's output never reaches the capture's stdout (-f json)
 
         register_stack_dump(signal.SIGUSR1, dump_path)
-        from .children import become_subreaper
+        from ..launch.children import become_subreaper
 
         become_subreaper()  # a rank's double-forked process stays in this worker's tree
         from .runtime import ModuleState, accelerate_megatron, install_patches, run_rank

@@ -597,7 +597,7 @@ def run_rank(job: Job, rank: int, state: ModuleState | None) -> dict[str, Any]:
     out: dict[str, Any] = {"status": OK, "getters": {}, "error": None}
     saved_streams = sys.stdout, sys.stderr
     sys.stdout = sys.stderr = RankOutput(rank)
-    from .children import descendants, end_processes
+    from ..launch.children import descendants, end_processes
 
     before = set(descendants(os.getpid()))
     _ACTIVE = rec

@@ -33,6 +33,10 @@ Each rank runs pytest in its own interpreter (torch and the test modules importe
   rank-dependent ``new_group`` (:class:`simharness.errors.GroupMismatch`) leaves the same
   count: the peers it left waiting are stopped after the grace, and the test's record
   carries the finding (``group_mismatch``).
+- ends the processes its tests started (a ``multiprocessing`` worker, a ``subprocess``, a
+  daemon that double-forked) when the rank ends, at the end of its session or when its
+  watchdog ends it: the rank is their *child subreaper*, so none outlives the run
+  (:mod:`simharness.launch.children`).
 """
 
 from __future__ import annotations
@@ -52,6 +56,7 @@ import pytest
 
 from .. import envvars
 from ..errors import group_mismatch_in, needs_gpu_message
+from ..launch.children import become_subreaper, end_descendants
 from ..launch.toolbox import thread_stack
 from ..resources import proc_kib
 from .verdicts import NEEDS_GPU_PREFIX
@@ -74,10 +79,13 @@ HANG_EXIT = 124
 BACKSTOP_S = 30.0
 #: Frames of a stuck rank's stack kept in its hang record (innermost).
 STACK_FRAMES = 12
+#: Seconds the processes a rank's tests started get between SIGTERM and SIGKILL.
+END_CHILDREN_S = 0.5
 
 
 def pytest_configure(config: pytest.Config) -> None:
     if os.environ.get(ENV_DIR):
+        become_subreaper()  # orphans of the tests' processes stay in this rank's tree
         config.pluginmanager.register(RankSession(), "simharness-rank-session")
 
 
@@ -138,7 +146,10 @@ class Watchdog(threading.Thread):
             self.session.write(kind="hang", stack=stack,
                                elapsed=round(time.monotonic() - info.pop("armed", 0.0), 3),
                                peak_rss_kib=_peak_rss_kib(), **info)
-            os._exit(HANG_EXIT)
+            try:
+                end_descendants(wait_s=END_CHILDREN_S)
+            finally:
+                os._exit(HANG_EXIT)
 
     def _diverged(self, info: dict[str, Any], skip_seen: dict[int, float]) -> bool:
         """True when this rank has been running, for the grace period, a test that a peer
@@ -423,6 +434,10 @@ class RankSession:
             # that torch's agents all succeed and none waits in the exit barrier for one
             # whose ranks "failed" (several nodes)
             session.exitstatus = 0
+
+    def pytest_unconfigure(self, config: pytest.Config) -> None:
+        """After every fixture's teardown: end what the tests started and left running."""
+        end_descendants(wait_s=END_CHILDREN_S)
 
 
 def _reason(report: pytest.TestReport) -> str:

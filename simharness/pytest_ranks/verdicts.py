@@ -122,13 +122,7 @@ def verdict(nodeid: str, records: Mapping[int, Mapping], world: int,
         died = [r for r, why in lost.items() if not why.startswith(STOPPED)]
         if died or not failing:  # a rank that died in the test: the failures may follow it
             r0 = (died or list(lost))[0]
-        extra = [f"rank {r}: {why}" for r, why in lost.items()]
-        if after_stop is not None:
-            extra.insert(0, knock_on_hint(*after_stop))
-        if device_identity(detail):  # a known cause first, before a possible knock-on
-            extra.insert(0, DEVICE_HINT)
-        elif _SPLITS_AS_TENSOR in detail:
-            extra.insert(0, SPLITS_HINT)
+        extra = [*_hints(detail, after_stop), *(f"rank {r}: {why}" for r, why in lost.items())]
         return Verdict(nodeid, "failed", tuple(sorted(set(failing) | set(lost))), r0,
                        "\n".join([*extra, detail]).strip(), duration)
     skipped = sorted(r for r, rec in records.items() if rec.get("outcome") == "skipped")
@@ -138,6 +132,19 @@ def verdict(nodeid: str, records: Mapping[int, Mapping], world: int,
             reason = f"skipped on ranks {_span(skipped)} only: {reason}"
         return Verdict(nodeid, "skipped", tuple(skipped), skipped[0], reason, duration)
     return Verdict(nodeid, "passed", tuple(sorted(records)), None, "", duration)
+
+
+def _hints(detail: str, after_stop: tuple[str, Iterable[int]] | None) -> list[str]:
+    """The lines that go before a failure's own text: a known cause first, then the
+    needs-GPU stop it may follow."""
+    hints = []
+    if device_identity(detail):
+        hints.append(DEVICE_HINT)
+    elif _SPLITS_AS_TENSOR in detail:
+        hints.append(SPLITS_HINT)
+    if after_stop is not None:
+        hints.append(knock_on_hint(*after_stop))
+    return hints
 
 
 def _group_mismatch(nodeid: str, records: Mapping[int, Mapping], hangs: Mapping[int, Mapping],
