@@ -12,6 +12,11 @@ capture or the run. So a capture rank, and each rank of ``simharness run``
 * when it ends (record written, or stopped), sends SIGTERM to every descendant, waits a
   moment, then SIGKILL to those left (:func:`end_descendants`).
 
+``simharness run`` keeps a backstop for ranks that could not do it themselves (killed by
+the launcher, ``os._exit`` in a test): while its ranks run, the runner is the subreaper
+(:func:`orphans_ended`), so what they left behind is re-parented to it and ended after each
+round of ranks.
+
 ``--fast`` does the same per rank inside its worker: the processes a rank started, and
 their descendants, are ended when the rank ends (:func:`descendants` before and after).
 
@@ -28,17 +33,51 @@ import ctypes.util
 import os
 import signal
 import time
+from collections.abc import Iterator
+from typing import Any
 
 PR_SET_CHILD_SUBREAPER = 36   # linux/prctl.h
+PR_GET_CHILD_SUBREAPER = 37
 
 
-def become_subreaper() -> bool:
-    """Make this process the reaper of its orphaned descendants; whether it worked."""
+def _prctl(option: int, arg: Any) -> bool:
     try:
         libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
-        return libc.prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) == 0
+        return libc.prctl(option, arg, 0, 0, 0) == 0
     except (OSError, AttributeError):
         return False
+
+
+def become_subreaper(on: bool = True) -> bool:
+    """Make this process the reaper of its orphaned descendants (``on=False``: stop being
+    it); whether it worked."""
+    return _prctl(PR_SET_CHILD_SUBREAPER, int(on))
+
+
+def is_subreaper() -> bool:
+    """Whether this process is a child subreaper now (False where it cannot be read)."""
+    flag = ctypes.c_int(0)
+    return _prctl(PR_GET_CHILD_SUBREAPER, ctypes.byref(flag)) and bool(flag.value)
+
+
+@contextlib.contextmanager
+def orphans_ended(wait_s: float = 1.0) -> Iterator[None]:
+    """While inside, this process is a child subreaper; on leaving, every descendant that
+    was not there on entry is ended (:func:`end_processes`), and the flag is put back.
+
+    >>> with orphans_ended():
+    ...     is_subreaper() or not os.path.exists("/proc/self/task")
+    True
+    """
+    before = frozenset(descendants(os.getpid()))
+    was = is_subreaper()
+    become_subreaper()
+    try:
+        yield
+    finally:
+        end_descendants(keep=before, wait_s=wait_s)
+        if not was:
+            become_subreaper(False)
 
 
 def _children(pid: int) -> list[int]:
@@ -101,4 +140,5 @@ def end_descendants(pid: int | None = None, keep: frozenset[int] = frozenset(),
     return end_processes([p for p in descendants(pid or os.getpid()) if p not in keep], wait_s)
 
 
-__all__ = ["become_subreaper", "descendants", "end_descendants", "end_processes"]
+__all__ = ["become_subreaper", "descendants", "end_descendants", "end_processes",
+           "is_subreaper", "orphans_ended"]

@@ -19,6 +19,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from ..errors import SimharnessError, whole_number_problem
+from ..launch.children import orphans_ended
 from ..launch.launcher import LaunchResult, LaunchSpec, launch
 from ..resources import MIB, available_memory, proc_kib
 from .rank_plugin import (
@@ -343,9 +344,12 @@ class _Runner:
                   "-p", "no:cacheprovider", "-p", "no:randomly", *spec.pytest_args)
         run_id = None if spec.run_id is None else f"{spec.run_id}-{rnd.number}"
         try:
-            result = launch(LaunchSpec(target, spec.nproc_per_node, spec.nnodes,
-                                       spec.rdzv_endpoint, run_id, spec.shim, log_dir, env,
-                                       rdzv_timeout_s=max(120, int(spec.timeout_s))))
+            # what a rank left running that it could not end itself (killed by the launcher,
+            # os._exit in a test) is re-parented to this process and ended with the round
+            with orphans_ended():
+                result = launch(LaunchSpec(target, spec.nproc_per_node, spec.nnodes,
+                                           spec.rdzv_endpoint, run_id, spec.shim, log_dir, env,
+                                           rdzv_timeout_s=max(120, int(spec.timeout_s))))
         finally:
             stop.set()
             poller.join()
