@@ -33,6 +33,7 @@ and the shim's eager gloo groups) waits until all its members are connected.
 from __future__ import annotations
 
 import contextlib
+import functools
 import types
 from collections.abc import Iterator
 from datetime import timedelta
@@ -48,9 +49,8 @@ _PG: Any = ProcessGroup  # the base class's own methods, called past this class'
 #: ProcessGroup trampoline) call on a group object; each goes to the real backend.
 COLLECTIVES = (
     "allreduce", "allreduce_coalesced", "allgather", "_allgather_base", "allgather_coalesced",
-    "allgather_into_tensor_coalesced", "broadcast", "reduce", "gather", "scatter",
-    "reduce_scatter", "_reduce_scatter_base", "reduce_scatter_tensor_coalesced", "alltoall",
-    "alltoall_base", "barrier", "monitored_barrier", "send", "recv", "recv_anysource",
+    "broadcast", "reduce", "gather", "scatter", "reduce_scatter", "_reduce_scatter_base",
+    "alltoall", "alltoall_base", "barrier", "monitored_barrier", "send", "recv", "recv_anysource",
     "_get_sequence_number_for_group",  # agreed with the group's rank 0: connects it too
 )
 
@@ -164,8 +164,60 @@ def _delegate(method: str) -> Any:
     return call
 
 
+#: The group-level calls torch's Python API makes on the group object itself (torch 2.13:
+#: ``all_gather_into_tensor`` calls ``group.all_gather_single``, ``reduce_scatter_tensor``
+#: ``group.reduce_scatter_single``): ``ProcessGroup`` dispatches them by the tensors' device
+#: to a registered backend, so the real backend is made and registered first, then the base
+#: class's own dispatch runs.
+DISPATCHED = ("all_gather_single", "reduce_scatter_single")
+
+#: A group-level call that ``ProcessGroup`` routes back through a Python subclass's override
+#: (calling the base from the override would recurse) goes to the real backend's method of
+#: the same meaning. The coalesced forms are reached only inside torch's
+#: ``_coalescing_manager``, which the GPU shim has connect the group first
+#: (:func:`connect_first`), so the base class's dispatch finds the backend registered.
+RENAMED = {"all_to_all_single": "alltoall_base"}
+
+
+def _connected_then(method: str) -> Any:
+    def call(self: LazyGlooGroup, *args: Any, **kwargs: Any) -> Any:
+        self.real_backend()
+        return getattr(_PG, method)(self, *args, **kwargs)
+
+    call.__name__ = method
+    return call
+
+
+def _as(method: str, backend_method: str) -> Any:
+    def call(self: LazyGlooGroup, *args: Any, **kwargs: Any) -> Any:
+        return getattr(self.real_backend(), backend_method)(*args, **kwargs)
+
+    call.__name__ = method
+    return call
+
+
+def connect_first(coalescing_manager: Any) -> Any:
+    """torch's ``_coalescing_manager`` that first connects a lazy ``group`` (its calls on the
+    group object, ``_start_coalescing`` and the coalesced collectives, then find the real
+    backend registered, as on a group connected at creation)."""
+    @functools.wraps(coalescing_manager)
+    def _coalescing_manager(*args: Any, **kwargs: Any) -> Any:
+        group = kwargs.get("group", args[0] if args else None)
+        if isinstance(group, LazyGlooGroup):
+            group.real_backend()
+        return coalescing_manager(*args, **kwargs)
+
+    return _coalescing_manager
+
+
 for _name in COLLECTIVES:
     setattr(LazyGlooGroup, _name, _delegate(_name))
+for _name in DISPATCHED:
+    if hasattr(_PG, _name):
+        setattr(LazyGlooGroup, _name, _connected_then(_name))
+for _name, _backend_name in RENAMED.items():
+    if hasattr(_PG, _name):
+        setattr(LazyGlooGroup, _name, _as(_name, _backend_name))
 
 _REAL_GLOO = c10d.ProcessGroupGloo
 
