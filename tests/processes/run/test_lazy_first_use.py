@@ -1,7 +1,7 @@
 """A lazily connected NCCL-style subgroup (``run``'s default) computes right when its
 first use is a collective that torch dispatches on the group object by the tensors'
 device (tests/fixtures/run/first_use_collectives.py), with the connection at creation
-(``SIMHARNESS_LAZY_GROUPS=0``) as the reference."""
+(``SIMHARNESS_LAZY_GROUPS=0``) as the reference; plain and inside the coalescing manager."""
 
 from __future__ import annotations
 
@@ -23,4 +23,4 @@ def test_collectives_dispatched_on_the_group_work_as_its_first_use(lazy):
                           "--", "pytest", "-q", "-p", "no:randomly", FIXTURE],
                          cwd=ROOT, env=env, capture_output=True, text=True, timeout=240)
     assert out.returncode == 0, out.stdout + out.stderr
-    assert "4 passed, 0 failed" in out.stdout + out.stderr, out.stdout + out.stderr
+    assert "6 passed, 0 failed" in out.stdout + out.stderr, out.stdout + out.stderr
