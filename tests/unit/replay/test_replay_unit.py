@@ -97,7 +97,13 @@ def test_unreplayable_plans_are_refused():
         check_replayable(build_layout(ParallelismConfig(world_size=8, rank_offset=8)))
 
 
-def test_world_larger_than_machine_needs_force():
+def test_world_larger_than_machine_needs_force(monkeypatch):
+    # the memory guard is another check (its own tests): give this one ample memory, so the
+    # outcome does not hang on what else the machine runs
+    from simharness import resources
+
+    monkeypatch.setattr(resources, "available_memory",
+                        lambda: resources.MemoryLimit(available=1 << 40, source="test"))
     limit = max_local_gloo_ranks()
     lay = build_layout(ParallelismConfig(world_size=limit * 2, tensor_model_parallel_size=2))
     with pytest.raises(ReplayError, match="--force"):
