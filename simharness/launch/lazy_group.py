@@ -156,9 +156,11 @@ def agree_connected(store: Any, size: int, timeout: Any = None) -> None:
             f"while connecting it (see their output)") from exc
 
 
-def _delegate(method: str) -> Any:
+def _delegate(method: str, backend_method: str | None = None) -> Any:
+    """``method`` of the group, run as the real backend's ``backend_method`` (default: the
+    same name)."""
     def call(self: LazyGlooGroup, *args: Any, **kwargs: Any) -> Any:
-        return getattr(self.real_backend(), method)(*args, **kwargs)
+        return getattr(self.real_backend(), backend_method or method)(*args, **kwargs)
 
     call.__name__ = method
     return call
@@ -188,14 +190,6 @@ def _connected_then(method: str) -> Any:
     return call
 
 
-def _as(method: str, backend_method: str) -> Any:
-    def call(self: LazyGlooGroup, *args: Any, **kwargs: Any) -> Any:
-        return getattr(self.real_backend(), backend_method)(*args, **kwargs)
-
-    call.__name__ = method
-    return call
-
-
 def connect_first(coalescing_manager: Any) -> Any:
     """torch's ``_coalescing_manager`` that first connects a lazy ``group`` (its calls on the
     group object, ``_start_coalescing`` and the coalesced collectives, then find the real
@@ -217,7 +211,7 @@ for _name in DISPATCHED:
         setattr(LazyGlooGroup, _name, _connected_then(_name))
 for _name, _backend_name in RENAMED.items():
     if hasattr(_PG, _name):
-        setattr(LazyGlooGroup, _name, _as(_name, _backend_name))
+        setattr(LazyGlooGroup, _name, _delegate(_name, _backend_name))
 
 _REAL_GLOO = c10d.ProcessGroupGloo
 
