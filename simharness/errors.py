@@ -146,8 +146,10 @@ class MissingGPUPackage(NeedsGPU):
 def missing_gpu_package(exc: BaseException | None) -> MissingGPUPackage | None:
     """The :class:`MissingGPUPackage` that ``exc`` stands for: ``exc`` (or the error it was
     raised ``from``) is an ``ImportError`` of a module in :data:`GPU_ONLY_PACKAGES`, by its
-    ``name``, or by its message naming one (``ImportError("transformer_engine is needed")``).
-    An error merely raised while handling one (``__context__``) is not.
+    ``name``, or by its message naming one (``ImportError("transformer_engine is needed")``),
+    or is an error out of the stand-in code binds in such a package's place (a ``None`` or a
+    ``MagicMock``; :mod:`simharness.package_stand_ins`). An error merely raised while
+    handling one (``__context__``) is not.
 
     >>> try:
     ...     import transformer_engine.pytorch
@@ -173,6 +175,11 @@ def missing_gpu_package(exc: BaseException | None) -> MissingGPUPackage | None:
             found_name = _name_from_gpu_package(exc)
             if found_name is not None:
                 return found_name
+        from .package_stand_ins import stand_in_stop
+
+        stand_in = stand_in_stop(exc, GPU_ONLY_PACKAGES)
+        if stand_in is not None:
+            return MissingGPUPackage(*stand_in)
         exc = exc.__cause__
     return None
 

@@ -209,3 +209,78 @@ def test_a_name_imported_only_from_a_missing_gpu_package_is_a_named_stop(tmp_pat
     with pytest.raises(NameError) as own:
         mod.typo()
     assert missing_gpu_package(own.value) is None
+
+
+def _stand_in_modules(tmp_path, monkeypatch):
+    """Megatron-Core's two stand-ins for a missing Transformer Engine, in small: a MagicMock
+    bound in the ``except`` of its import (classes written over it are mocks too), and a
+    None bound on the ``else`` of ``if HAVE_TE:`` in a module that imports the flag."""
+    (tmp_path / "te_ext.py").write_text(
+        "try:\n"
+        "    import transformer_engine as te\n"
+        "    HAVE_TE = True\n"
+        "except ImportError:\n"
+        "    from unittest.mock import MagicMock\n"
+        "    te = MagicMock()\n"
+        "    HAVE_TE = False\n"
+        "class TELinear(te.pytorch.Linear):\n"
+        "    pass\n"
+        "class TEGroupedLinear(TELinear):\n"
+        "    pass\n", encoding="utf-8")
+    (tmp_path / "te_specs.py").write_text(
+        "from te_ext import HAVE_TE\n"
+        "OWN_FLAG = False\n"
+        "if HAVE_TE:\n"
+        "    from te_ext import TELinear as Provider\n"
+        "else:\n"
+        "    Provider, Other = None, None\n"
+        "if OWN_FLAG:\n"
+        "    from te_ext import TELinear as Plain\n"
+        "else:\n"
+        "    Plain = None\n"
+        "def build():\n"
+        "    return Provider()\n"
+        "def plain():\n"
+        "    return Plain()\n"
+        "def grouped():\n"
+        "    from te_ext import TEGroupedLinear\n"
+        "    return TEGroupedLinear().cuda()\n", encoding="utf-8")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    import importlib
+
+    return importlib.import_module("te_ext"), importlib.import_module("te_specs")
+
+
+def test_a_stand_in_for_a_missing_gpu_package_is_a_named_stop(tmp_path, monkeypatch):
+    _, specs = _stand_in_modules(tmp_path, monkeypatch)
+    with pytest.raises(TypeError) as none:
+        specs.build()
+    stop = missing_gpu_package(none.value)
+    assert stop is not None and stop.package == "transformer_engine"
+    assert stop.where == f"{tmp_path / 'te_specs.py'}:12"
+    assert (f"Provider is the None that {tmp_path / 'te_specs.py'}:6 binds when HAVE_TE is "
+            "false (transformer_engine is not installed)") in str(stop)
+    with pytest.raises(AttributeError) as mocked:
+        specs.grouped()
+    stop = missing_gpu_package(mocked.value)
+    assert stop is not None and stop.package == "transformer_engine"
+    assert stop.where == f"{tmp_path / 'te_specs.py'}:17"
+    assert f"built from te, the mock that {tmp_path / 'te_ext.py'}:6 binds" in str(stop)
+    assert needs_gpu_message(mocked.value).startswith("needs transformer_engine, a GPU-only "
+                                                      "package (AttributeError: Mock object")
+
+
+def test_a_none_or_a_mock_of_the_code_s_own_stays_a_failure(tmp_path, monkeypatch):
+    from unittest.mock import MagicMock
+
+    _, specs = _stand_in_modules(tmp_path, monkeypatch)
+    with pytest.raises(TypeError) as flag_of_its_own:
+        specs.plain()  # None on the else of a flag no GPU-only package sets
+    assert missing_gpu_package(flag_of_its_own.value) is None
+    own = None
+    with pytest.raises(TypeError) as none:
+        own()
+    assert missing_gpu_package(none.value) is None
+    with pytest.raises(AttributeError) as mocked:
+        MagicMock(spec=str).cuda()  # the test's own mock, though te's stand-in is loaded
+    assert missing_gpu_package(mocked.value) is None

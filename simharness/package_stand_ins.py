@@ -1,0 +1,295 @@
+"""Stand-ins that code binds when a GPU-only package is missing, and the errors they cause.
+
+Megatron-Core imports Transformer Engine in a ``try`` and, without it, binds a stand-in in
+its place:
+
+* ``te = MagicMock()`` in the ``except ImportError`` of ``import transformer_engine as te``
+  (``megatron/core/extensions/transformer_engine.py``); a class written over it
+  (``class TELinear(te.pytorch.Linear)``) is a mock too, and so is what it builds;
+* ``TESpecProvider = None`` on the ``else`` of ``if HAVE_TE:``, where ``HAVE_TE`` is set
+  beside that import (``megatron/core/models/gpt/gpt_layer_specs.py``).
+
+A test that reaches one fails far from any import: ``'NoneType' object is not callable``,
+``Mock object has no attribute 'cuda'``, a ``StopIteration`` out of a mock's call. Each is
+the package's absence, so it is a named stop (``simharness.errors.MissingGPUPackage``, made
+from what :func:`stand_in_stop` finds).
+The link from the failure to the package is read from the objects (the failing mock's
+parents, the None the failing line calls) and from the source of the module that binds the
+stand-in (which branch binds it, beside which import), never guessed from a name; the
+package must also be absent here.
+"""
+
+from __future__ import annotations
+
+import ast
+import importlib.util
+import linecache
+import re
+import sys
+from types import FrameType, ModuleType, TracebackType
+
+#: (package, where, detail): the missing package, the failing ``file:line``, what happened.
+Stop = tuple[str, str, str]
+
+_NONE_ERROR = re.compile(r"'NoneType' object (is not callable|is not subscriptable|has no "
+                         r"attribute)")
+_IDENT = re.compile(r"[A-Za-z_]\w*")
+
+
+def stand_in_stop(exc: BaseException, packages: frozenset[str]) -> Stop | None:
+    """The missing package of ``packages`` (the GPU-only ones) whose stand-in ``exc`` ran
+    into, else None."""
+    if isinstance(exc, (TypeError, AttributeError)) and _NONE_ERROR.search(str(exc)):
+        return _none_stand_in(exc, packages)
+    return _mock_stand_in(exc, packages)
+
+
+# -- None bound in a package's place --------------------------------------------------------
+
+
+def _none_stand_in(exc: BaseException, packages: frozenset[str]) -> Stop | None:
+    frame, lineno = _innermost(exc.__traceback__)
+    if frame is None:
+        return None
+    path = frame.f_code.co_filename
+    line = linecache.getline(path, lineno)
+    tree = _parse(path)
+    if tree is None:
+        return None
+    for name in dict.fromkeys(_IDENT.findall(line)):
+        if name in frame.f_locals or name not in frame.f_globals \
+                or frame.f_globals[name] is not None:
+            continue
+        found = _none_binding(tree, name, frame.f_globals, packages)
+        if found is not None:
+            package, bound_at, why = found
+            return (package, f"{path}:{lineno}",
+                    f"{type(exc).__name__}: {exc}; {name} is the None that {path}:{bound_at} "
+                    f"binds {why}")
+    return None
+
+
+def _none_binding(tree: ast.Module, name: str, module_globals: dict,
+                  packages: frozenset[str]) -> tuple[str, int, str] | None:
+    """(package, line, why) when ``tree`` binds ``name`` to None on the branch taken without
+    a GPU-only package: the ``else`` of ``if FLAG:`` (FLAG false here, set where the package
+    is imported) or the ``except`` of a ``try`` that imports the name from the package."""
+    for node in ast.walk(tree):
+        if isinstance(node, ast.If) and isinstance(node.test, ast.Name) \
+                and _imports_name(node.body, name) and (at := _assigns_none(node.orelse, name)):
+            flag = node.test.id
+            if module_globals.get(flag) is not False:
+                continue
+            package = _absent(_packages_imported(node.body, packages)) or _flag_package(
+                tree, flag, packages)
+            if package is not None:
+                return package, at, (f"when {flag} is false ({package} is not installed)")
+        if isinstance(node, ast.Try):
+            package = _absent(_packages_imported(node.body, packages, only_binding=name))
+            if package is None:
+                continue
+            for handler in node.handlers:
+                if at := _assigns_none(handler.body, name):
+                    return package, at, f"when {package} cannot be imported (not installed)"
+    return None
+
+
+def _flag_package(tree: ast.Module, flag: str, packages: frozenset[str]) -> str | None:
+    """The GPU-only package whose import sets ``flag``: in this module's source, or in the
+    module ``flag`` is imported from (``from megatron.core.extensions.transformer_engine
+    import HAVE_TE``)."""
+    found = _package_setting(tree, flag, packages)
+    if found is not None:
+        return found
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom) and node.module and not node.level \
+                and any((a.asname or a.name) == flag for a in node.names):
+            module = sys.modules.get(node.module)
+            source = _parse(getattr(module, "__file__", None) or "")
+            if source is not None:
+                original = next(a.name for a in node.names if (a.asname or a.name) == flag)
+                return _package_setting(source, original, packages)
+    return None
+
+
+def _package_setting(tree: ast.Module, flag: str, packages: frozenset[str]) -> str | None:
+    """The absent GPU-only package imported in the ``try`` whose body sets ``flag = True``."""
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Try) and any(
+                isinstance(s, ast.Assign) and _binds(s, flag)
+                and isinstance(s.value, ast.Constant) and s.value.value is True
+                for s in node.body):
+            package = _absent(_packages_imported(node.body, packages))
+            if package is not None:
+                return package
+    return None
+
+
+# -- a mock bound in a package's place ------------------------------------------------------
+
+
+def _mock_stand_in(exc: BaseException, packages: frozenset[str]) -> Stop | None:
+    from unittest import mock
+
+    candidates = []
+    if isinstance(exc, AttributeError) and isinstance(getattr(exc, "obj", None),
+                                                      mock.NonCallableMock):
+        candidates.append(exc.obj)
+    tb = exc.__traceback__
+    while tb is not None:
+        me = tb.tb_frame.f_locals.get("self")
+        if tb.tb_frame.f_code.co_filename == mock.__file__ \
+                and isinstance(me, mock.NonCallableMock):
+            candidates.append(me)
+        tb = tb.tb_next
+    if not candidates:
+        return None
+    roots = {id(r): r for m in candidates for r in _mock_roots(m, mock)}
+    frame, lineno = _innermost_outside(exc.__traceback__, mock.__file__)
+    where = f"{frame.f_code.co_filename}:{lineno}" if frame is not None else "<unknown>:0"
+    for module in list(sys.modules.values()):
+        found = _mock_binding(module, roots, packages)
+        if found is not None:
+            package, name, path, at = found
+            return (package, where,
+                    f"{type(exc).__name__}: {exc}; the object is built from {name}, the mock "
+                    f"that {path}:{at} binds when {package} cannot be imported (not installed)")
+    return None
+
+
+def _mock_roots(m, mock, depth: int = 0) -> list:
+    """The mocks ``m`` descends from: its parents' root, and through a class written over
+    a mock (``class C(te.pytorch.Linear)`` makes ``C`` a mock whose calls return its
+    bases in turn), the roots of those bases."""
+    if depth > 8:
+        return []
+    root, seen = m, set()
+    while id(root) not in seen:
+        seen.add(id(root))
+        parent = root.__dict__.get("_mock_new_parent") or root.__dict__.get("_mock_parent")
+        if parent is None:
+            break
+        root = parent
+    out = [root]
+    effect = m.__dict__.get("_mock_side_effect")
+    if type(effect).__name__ == "tuple_iterator":
+        bases = effect.__reduce__()[1][0]
+        out += [r for b in bases if isinstance(b, mock.NonCallableMock)
+                for r in _mock_roots(b, mock, depth + 1)]
+    if root is not m and root.__dict__.get("_mock_side_effect") is not None:
+        out += _mock_roots(root, mock, depth + 1)
+    return out
+
+
+def _mock_binding(module: ModuleType | None, roots: dict[int, object],
+                  packages: frozenset[str]) -> tuple[str, str, str, int] | None:
+    names = [n for n, v in list(getattr(module, "__dict__", {}).items()) if id(v) in roots]
+    if not names:
+        return None
+    path = getattr(module, "__file__", None) or ""
+    tree = _parse(path)
+    if tree is None:
+        return None
+    for node in ast.walk(tree):
+        if not isinstance(node, ast.Try):
+            continue
+        for name in names:
+            package = _absent(_packages_imported(node.body, packages, only_binding=name))
+            if package is None:
+                continue
+            for handler in node.handlers:
+                for s in ast.walk(handler):
+                    if isinstance(s, ast.Assign) and _binds(s, name):
+                        return package, name, path, s.lineno
+    return None
+
+
+# -- source reading -------------------------------------------------------------------------
+
+
+def _parse(path: str) -> ast.Module | None:
+    if not path.endswith(".py"):
+        return None
+    try:
+        with open(path, encoding="utf-8") as fh:
+            return ast.parse(fh.read())
+    except (OSError, SyntaxError, ValueError):
+        return None
+
+
+def _binds(stmt: ast.Assign, name: str) -> bool:
+    for target in stmt.targets:
+        elts = target.elts if isinstance(target, ast.Tuple) else [target]
+        if any(isinstance(e, ast.Name) and e.id == name for e in elts):
+            return True
+    return False
+
+
+def _assigns_none(body: list[ast.stmt], name: str) -> int:
+    """The line of a statement in ``body`` that binds ``name`` to None (0 when none)."""
+    for stmt in body:
+        for s in ast.walk(stmt):
+            if not isinstance(s, ast.Assign):
+                continue
+            for target in s.targets:
+                if isinstance(target, ast.Name) and target.id == name \
+                        and isinstance(s.value, ast.Constant) and s.value.value is None:
+                    return s.lineno
+                if isinstance(target, ast.Tuple) and isinstance(s.value, ast.Tuple):
+                    for t, v in zip(target.elts, s.value.elts, strict=False):
+                        if isinstance(t, ast.Name) and t.id == name \
+                                and isinstance(v, ast.Constant) and v.value is None:
+                            return s.lineno
+    return 0
+
+
+def _imports_name(body: list[ast.stmt], name: str) -> bool:
+    return any(isinstance(s, (ast.Import, ast.ImportFrom))
+               and any((a.asname or a.name.split(".")[0]) == name for a in s.names)
+               for stmt in body for s in ast.walk(stmt))
+
+
+def _packages_imported(body: list[ast.stmt], packages: frozenset[str],
+                       only_binding: str | None = None) -> list[str]:
+    """The ``packages`` that ``body`` imports (only those binding ``only_binding``)."""
+    out = []
+    for stmt in body:
+        for s in ast.walk(stmt):
+            if isinstance(s, ast.ImportFrom) and s.module and not s.level:
+                roots = [(s.module.split(".")[0], a.asname or a.name) for a in s.names]
+            elif isinstance(s, ast.Import):
+                roots = [(a.name.split(".")[0], a.asname or a.name.split(".")[0])
+                         for a in s.names]
+            else:
+                continue
+            out += [root for root, bound in roots if root in packages
+                    and (only_binding is None or bound == only_binding)]
+    return out
+
+
+def _absent(packages: list[str]) -> str | None:
+    """The first of ``packages`` not installed here."""
+    for package in packages:
+        try:
+            if importlib.util.find_spec(package) is None:
+                return package
+        except (ImportError, ValueError):
+            return package
+    return None
+
+
+def _innermost(tb: TracebackType | None) -> tuple[FrameType | None, int]:
+    frame, line = None, 0
+    while tb is not None:
+        frame, line = tb.tb_frame, tb.tb_lineno
+        tb = tb.tb_next
+    return frame, line
+
+
+def _innermost_outside(tb: TracebackType | None, path: str) -> tuple[FrameType | None, int]:
+    frame, line = None, 0
+    while tb is not None:
+        if tb.tb_frame.f_code.co_filename != path:
+            frame, line = tb.tb_frame, tb.tb_lineno
+        tb = tb.tb_next
+    return frame, line
