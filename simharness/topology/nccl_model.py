@@ -622,7 +622,8 @@ _TRANSPORT_NOTES = {
                   "NCCL's own network latencies and bandwidths (tuning.cc hwLat[NET]), plus "
                   "NCCL's proxy pipeline (net_pipeline.py): each network level of a tree "
                   "stores and forwards its first chunk (NCCL's chunking) at the connection's "
-                  "rate; no ring step floor is priced (no source gives one).",
+                  "rate (LL and LL128: one channel's share of its NIC, flags included); no "
+                  "ring step floor is priced (no source gives one).",
     "roce": "RoCE, priced as NCCL's IB verbs transport (net_ib.cc drives a RoCE port as an "
             "IB port and reports the same port speed to the tuning), exactly as InfiniBand, "
             "proxy pipeline included; a provider's own net plugin is assumed to cost "
