@@ -139,6 +139,7 @@ from .net_pipeline import (
     NET_LEVEL_US,
     RING_STEP_FLOOR_US,
     PipelineTerms,
+    net_channel_gb_per_s,
     net_pipeline_us,
     pipeline_terms,
 )
@@ -321,7 +322,9 @@ class Table:
                                         ctas)
                 heads = g.nvls.n_channels if g.nvls is not None else 1
                 terms = pipeline_terms(self.collective, algo, proto, size_bytes, s.n_ranks,
-                                       s.n_nodes, bw, ctas, heads)
+                                       s.n_nodes, bw, ctas, heads,
+                                       net_channel_gb_per_s(g.tree.n_channels,
+                                                            g.tree.bw_inter, ctas))
                 transport = net_pipeline_us(terms, s.transport)
                 ramp += transport
         return Estimate(self.collective, algo, proto, size_bytes, lat, bw, s.n_ranks, ctas,
@@ -619,7 +622,8 @@ _TRANSPORT_NOTES = {
                   "NCCL's own network latencies and bandwidths (tuning.cc hwLat[NET]), plus "
                   "NCCL's proxy pipeline (net_pipeline.py): each network level of a tree "
                   "stores and forwards its first chunk (NCCL's chunking) at the connection's "
-                  "rate; no ring step floor is priced (no source gives one).",
+                  "rate (LL and LL128: one channel's share of its NIC, flags included); no "
+                  "ring step floor is priced (no source gives one).",
     "roce": "RoCE, priced as NCCL's IB verbs transport (net_ib.cc drives a RoCE port as an "
             "IB port and reports the same port speed to the tuning), exactly as InfiniBand, "
             "proxy pipeline included; a provider's own net plugin is assumed to cost "

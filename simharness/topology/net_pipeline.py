@@ -31,7 +31,15 @@ v2.27.7-1, lines 1985-2090):
 What the pipeline adds to NCCL's ``lat + size / bw``, on every transport:
 
 - tree: the first chunk is stored and forwarded at each network level before the
-  pipeline streams: ``2 log2(nodes) x (level cost + chunk / the connection's rate)``;
+  pipeline streams: ``2 log2(nodes) x (level cost + chunk / the connection's rate)``.
+  For LL and LL128 the connection's rate is the network's: the chunk with its flags
+  over one channel's share of its NIC (:func:`net_channel_gb_per_s`; each channel's
+  proxy connection goes through one NIC, and channels beyond the graph's share them).
+  The Tree/LL algorithm bandwidth is not that rate: NCCL divides it by 3.8 for LL's
+  GPU-side cost (``busBw * 1.0/3.8``, ``src/graph/tuning.cc:307`` at v2.28.3-1), a cost
+  already in ``size / bw``; aws-ofi-nccl's own model prices LL over the network at the
+  network's rate halved for the flags (``bw *= 0.5``, ``nccl_ofi_model.cpp:105-111``).
+  Simple (Tree, NVLSTree) keeps the algorithm's rate, as the fitted level cost assumes;
 - ring: every rank sends every step, and a step over the network cannot complete
   faster than the transport's turn-around of one step (:data:`RING_STEP_FLOOR_US`):
   a step of transfer time ``x`` takes ``sqrt(floor^2 + x^2)`` (:data:`RING_STEP_FORM`).
@@ -114,7 +122,7 @@ RING_STEP_FLOOR_US = {"infiniband": 0.0, "roce": 0.0, "efa": 7.3}
 RING_STEP_FORM = "hypot"
 # What a tree level whose message goes by rendezvous adds beyond the transport's latency
 # and the chunk's transfer, us (FITTED on the `fit` sweeps); 0 where none is priced.
-NET_LEVEL_US = {"infiniband": 0.0, "roce": 0.0, "efa": 42.0}
+NET_LEVEL_US = {"infiniband": 0.0, "roce": 0.0, "efa": 50.0}
 TRANSPORTS = {
     "infiniband": Transport("infiniband"),
     "roce": Transport("roce"),
@@ -224,11 +232,30 @@ def tree_ll128_chunk(size_bytes: float, channels: int, n_ranks: int, n_nodes: in
     return chunk
 
 
+def net_channel_gb_per_s(net_channels: int, bw_inter_gb_per_s: float, ctas: int) -> float:
+    """The network rate of one channel as NCCL's proxy moves it, GB/s: each channel's
+    connection goes through one NIC (``bwInter`` per channel in NCCL's graph); a call
+    running more channels than the graph has (channels duplicated over the same NICs)
+    shares each NIC between them.
+
+    >>> net_channel_gb_per_s(8, 48.0, 4), net_channel_gb_per_s(8, 48.0, 16)
+    (48.0, 24.0)
+    """
+    if net_channels <= 0 or bw_inter_gb_per_s <= 0:
+        return 0.0
+    return bw_inter_gb_per_s * net_channels / max(ctas, net_channels)
+
+
 def pipeline_terms(collective: str, algo: str, proto: str, size_bytes: float, n_ranks: int,
                    n_nodes: int, algbw_gb_per_s: float, ctas: int,
-                   nvls_heads: int = 1) -> PipelineTerms:
+                   nvls_heads: int = 1, net_channel_rate_gb_per_s: float = 0.0
+                   ) -> PipelineTerms:
     """The network pipeline of one call (see the module docstring); empty inside one
-    node or for algorithms whose network part is not a ring or a tree."""
+    node or for algorithms whose network part is not a ring or a tree.
+
+    ``net_channel_rate_gb_per_s``: one channel's network rate (:func:`net_channel_gb_per_s`);
+    a Tree/LL or Tree/LL128 level moves its chunk (with its flags) at that rate, not at
+    the algorithm's bandwidth, which carries LL's GPU-side cost (0: the algorithm's)."""
     if n_nodes < 2 or size_bytes <= 0 or algbw_gb_per_s <= 0 or ctas <= 0:
         return PipelineTerms()
     pi = PROTOS.index(proto)
@@ -251,8 +278,11 @@ def pipeline_terms(collective: str, algo: str, proto: str, size_bytes: float, n_
         else:
             chunk = BUFF_BYTES[proto] / NCCL_STEPS / (2 if proto == "ll" else 1)
         chunk = min(chunk, size_bytes / ctas)
-        return PipelineTerms(levels=levels,
-                             level_chunk_us=chunk * ctas / (algbw_gb_per_s * 1e3),
+        if proto != "simple" and net_channel_rate_gb_per_s > 0:
+            chunk_us = chunk * WIRE_PER_DATA[proto] / (net_channel_rate_gb_per_s * 1e3)
+        else:
+            chunk_us = chunk * ctas / (algbw_gb_per_s * 1e3)
+        return PipelineTerms(levels=levels, level_chunk_us=chunk_us,
                              level_msg_bytes=chunk * WIRE_PER_DATA[proto],
                              level_nccl_lat_us=HW_LAT["net"][net_algo][pi], simple=simple)
     if algo == "nvls_tree":
