@@ -628,8 +628,12 @@ _TRANSPORT_NOTES = {
             "IB port and reports the same port speed to the tuning), exactly as InfiniBand, "
             "proxy pipeline included; a provider's own net plugin is assumed to cost "
             "the same. Assumed: the lossless settings (PFC/ECN, congestion control) hold, so "
-            "no loss or back-off; the per-NIC rate is NDR InfiniBand's (no RoCE figure "
-            "sourced); no SHARP/CollNet on Ethernet.",
+            "no loss or back-off; the per-NIC rate is NDR InfiniBand's (47 GB/s; NVIDIA "
+            "gives 48-49 GB/s for a ConnectX-7 at 400 Gb/s on RoCE, nccl-tests#267), not "
+            "fitted: no published RoCE sweep is marked fit, and the held-out GCP A3 Ultra "
+            "and OCI runs plateau 7-12 % below what it gives; a provider's NCCL_IB_* "
+            "settings (GCP's gIB: adaptive routing, 4 QPs per connection) are not priced; "
+            "no SHARP/CollNet on Ethernet.",
     "efa": "EFA through a net plugin (NCCL has no EFA transport): NCCL's tuning table as for "
            "InfiniBand, plus the proxy pipeline over EFA (net_pipeline.py): NCCL's "
            "chunking (buffer / NCCL_STEPS, loops, tree chunk rules); a network message costs "
