@@ -53,45 +53,83 @@ def _none_stand_in(exc: BaseException, packages: frozenset[str]) -> Stop | None:
         return None
     path = frame.f_code.co_filename
     line = linecache.getline(path, lineno)
-    tree = _parse(path)
-    if tree is None:
-        return None
     for name in dict.fromkeys(_IDENT.findall(line)):
         if name in frame.f_locals or name not in frame.f_globals \
                 or frame.f_globals[name] is not None:
             continue
-        found = _none_binding(tree, name, frame.f_globals, packages)
+        found = _none_binding(path, name, frame.f_globals, packages)
         if found is not None:
             package, bound_at, why = found
             return (package, f"{path}:{lineno}",
-                    f"{type(exc).__name__}: {exc}; {name} is the None that {path}:{bound_at} "
-                    f"binds {why}")
+                    f"{type(exc).__name__}: {exc}; {name} is the None that {bound_at} binds "
+                    f"{why}")
     return None
 
 
-def _none_binding(tree: ast.Module, name: str, module_globals: dict,
-                  packages: frozenset[str]) -> tuple[str, int, str] | None:
-    """(package, line, why) when ``tree`` binds ``name`` to None on the branch taken without
-    a GPU-only package: the ``else`` of ``if FLAG:`` (FLAG false here, set where the package
-    is imported) or the ``except`` of a ``try`` that imports the name from the package."""
+def _none_binding(path: str, name: str, module_globals: dict, packages: frozenset[str],
+                  depth: int = 0) -> tuple[str, str, str] | None:
+    """(package, file:line, why) when the module at ``path`` binds ``name`` to None on the
+    branch taken without a GPU-only package: the ``else`` of ``if FLAG:`` or ``if FLAG and
+    ...:`` (FLAG false here and set where the package is imported), or the ``except`` of a
+    ``try`` that imports the name from the package; or imports ``name`` from a module that
+    does."""
+    tree = _parse(path)
+    if tree is None:
+        return None
     for node in ast.walk(tree):
-        if isinstance(node, ast.If) and isinstance(node.test, ast.Name) \
-                and _imports_name(node.body, name) and (at := _assigns_none(node.orelse, name)):
-            flag = node.test.id
-            if module_globals.get(flag) is not False:
+        if isinstance(node, ast.If) and _defines(node.body, name) \
+                and (at := _assigns_none(node.orelse, name)):
+            flag = _false_flag(node.test, module_globals)
+            if flag is None:
                 continue
             package = _absent(_packages_imported(node.body, packages)) or _flag_package(
                 tree, flag, packages)
             if package is not None:
-                return package, at, (f"when {flag} is false ({package} is not installed)")
+                return package, f"{path}:{at}", (f"when {flag} is false ({package} is not "
+                                                 f"installed)")
         if isinstance(node, ast.Try):
             package = _absent(_packages_imported(node.body, packages, only_binding=name))
             if package is None:
                 continue
             for handler in node.handlers:
                 if at := _assigns_none(handler.body, name):
-                    return package, at, f"when {package} cannot be imported (not installed)"
+                    return package, f"{path}:{at}", (f"when {package} cannot be imported (not "
+                                                     "installed)")
+    for node in tree.body if depth < 3 else ():
+        if isinstance(node, ast.ImportFrom) and node.module and not node.level:
+            for alias in node.names:
+                if (alias.asname or alias.name) == name:
+                    module = sys.modules.get(node.module)
+                    origin = getattr(module, "__file__", None) or ""
+                    if module is not None and getattr(module, alias.name, 0) is None:
+                        return _none_binding(origin, alias.name, vars(module), packages,
+                                             depth + 1)
     return None
+
+
+def _false_flag(test: ast.expr, module_globals: dict) -> str | None:
+    """The name that makes ``test`` false here: ``FLAG`` or an operand of ``FLAG and ...``
+    bound to False in the module."""
+    operands = test.values if isinstance(test, ast.BoolOp) and isinstance(test.op, ast.And) \
+        else [test]
+    for operand in operands:
+        if isinstance(operand, ast.Name) and module_globals.get(operand.id) is False:
+            return operand.id
+    return None
+
+
+def _defines(body: list[ast.stmt], name: str) -> bool:
+    """``body`` binds ``name``: by an import, a class or function, or an assignment."""
+    for stmt in body:
+        for s in ast.walk(stmt):
+            if isinstance(s, (ast.Import, ast.ImportFrom)) \
+                    and any((a.asname or a.name.split(".")[0]) == name for a in s.names):
+                return True
+            if isinstance(s, (ast.ClassDef, ast.FunctionDef)) and s.name == name:
+                return True
+            if isinstance(s, ast.Assign) and _binds(s, name):
+                return True
+    return False
 
 
 def _flag_package(tree: ast.Module, flag: str, packages: frozenset[str]) -> str | None:
@@ -153,7 +191,7 @@ def _mock_stand_in(exc: BaseException, packages: frozenset[str]) -> Stop | None:
             package, name, path, at = found
             return (package, where,
                     f"{type(exc).__name__}: {exc}; the object is built from {name}, the mock "
-                    f"that {path}:{at} binds when {package} cannot be imported (not installed)")
+                    f"that {path}:{at} binds in the place of {package} (not installed)")
     return None
 
 
@@ -190,17 +228,38 @@ def _mock_binding(module: ModuleType | None, roots: dict[int, object],
     tree = _parse(path)
     if tree is None:
         return None
+    for name in names:
+        found = _mock_source(tree, name, vars(module), packages)
+        if found is not None:
+            return found[0], name, path, found[1]
+    return None
+
+
+def _mock_source(tree: ast.Module, name: str, module_globals: dict, packages: frozenset[str],
+                 depth: int = 0) -> tuple[str, int] | None:
+    """(package, line) when the module binds ``name`` to a mock in the ``except`` of a
+    ``try`` that imports it from a missing GPU-only package, or defines ``class name(B)``
+    with a base ``B`` (``te.pytorch.Linear``) rooted in such a mock of the module."""
+    from unittest import mock
+
     for node in ast.walk(tree):
-        if not isinstance(node, ast.Try):
-            continue
-        for name in names:
+        if isinstance(node, ast.Try):
             package = _absent(_packages_imported(node.body, packages, only_binding=name))
             if package is None:
                 continue
             for handler in node.handlers:
                 for s in ast.walk(handler):
                     if isinstance(s, ast.Assign) and _binds(s, name):
-                        return package, name, path, s.lineno
+                        return package, s.lineno
+        if isinstance(node, ast.ClassDef) and node.name == name and depth < 8:
+            for base in node.bases:
+                while isinstance(base, ast.Attribute):
+                    base = base.value
+                if isinstance(base, ast.Name) and isinstance(
+                        module_globals.get(base.id), mock.NonCallableMock):
+                    found = _mock_source(tree, base.id, module_globals, packages, depth + 1)
+                    if found is not None:
+                        return found[0], node.lineno
     return None
 
 
@@ -241,12 +300,6 @@ def _assigns_none(body: list[ast.stmt], name: str) -> int:
                                 and isinstance(v, ast.Constant) and v.value is None:
                             return s.lineno
     return 0
-
-
-def _imports_name(body: list[ast.stmt], name: str) -> bool:
-    return any(isinstance(s, (ast.Import, ast.ImportFrom))
-               and any((a.asname or a.name.split(".")[0]) == name for a in s.names)
-               for stmt in body for s in ast.walk(stmt))
 
 
 def _packages_imported(body: list[ast.stmt], packages: frozenset[str],

@@ -226,7 +226,16 @@ def _stand_in_modules(tmp_path, monkeypatch):
         "class TELinear(te.pytorch.Linear):\n"
         "    pass\n"
         "class TEGroupedLinear(TELinear):\n"
-        "    pass\n", encoding="utf-8")
+        "    pass\n"
+        "class TEOnce(te.pytorch.Linear):\n"
+        "    pass\n"
+        "def te_min_version():\n"
+        "    return True\n"
+        "if HAVE_TE and te_min_version():\n"
+        "    class TEGroupedOnly(te.pytorch.Linear):\n"
+        "        pass\n"
+        "else:\n"
+        "    TEGroupedOnly = None\n", encoding="utf-8")
     (tmp_path / "te_specs.py").write_text(
         "from te_ext import HAVE_TE\n"
         "OWN_FLAG = False\n"
@@ -244,9 +253,20 @@ def _stand_in_modules(tmp_path, monkeypatch):
         "    return Plain()\n"
         "def grouped():\n"
         "    from te_ext import TEGroupedLinear\n"
-        "    return TEGroupedLinear().cuda()\n", encoding="utf-8")
+        "    return TEGroupedLinear().cuda()\n"
+        "from te_ext import TEGroupedOnly\n"
+        "def grouped_only():\n"
+        "    return TEGroupedOnly()\n"
+        "def twice():\n"
+        "    from te_ext import TEOnce\n"
+        "    TEOnce()\n"
+        "    return TEOnce()\n", encoding="utf-8")
     monkeypatch.syspath_prepend(str(tmp_path))
     import importlib
+    import sys
+
+    for name in ("te_ext", "te_specs"):
+        monkeypatch.delitem(sys.modules, name, raising=False)
 
     return importlib.import_module("te_ext"), importlib.import_module("te_specs")
 
@@ -265,9 +285,20 @@ def test_a_stand_in_for_a_missing_gpu_package_is_a_named_stop(tmp_path, monkeypa
     stop = missing_gpu_package(mocked.value)
     assert stop is not None and stop.package == "transformer_engine"
     assert stop.where == f"{tmp_path / 'te_specs.py'}:17"
-    assert f"built from te, the mock that {tmp_path / 'te_ext.py'}:6 binds" in str(stop)
+    assert f"the mock that {tmp_path / 'te_ext.py'}:" in str(stop)
     assert needs_gpu_message(mocked.value).startswith("needs transformer_engine, a GPU-only "
                                                       "package (AttributeError: Mock object")
+    with pytest.raises(TypeError) as imported_none:  # None bound in te_ext, imported by name
+        specs.grouped_only()
+    stop = missing_gpu_package(imported_none.value)
+    assert stop is not None and stop.where == f"{tmp_path / 'te_specs.py'}:20"
+    assert (f"TEGroupedOnly is the None that {tmp_path / 'te_ext.py'}:20 binds when HAVE_TE "
+            "is false") in str(stop)
+    with pytest.raises(StopIteration) as spent:  # a class over a mock, called twice
+        specs.twice()
+    stop = missing_gpu_package(spent.value)
+    assert stop is not None and stop.where == f"{tmp_path / 'te_specs.py'}:24"
+    assert f"built from TEOnce, the mock that {tmp_path / 'te_ext.py'}:12 binds" in str(stop)
 
 
 def test_a_none_or_a_mock_of_the_code_s_own_stays_a_failure(tmp_path, monkeypatch):
