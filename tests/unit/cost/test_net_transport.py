@@ -218,8 +218,8 @@ def test_the_later_sweeps_per_class_do_not_regress():
     """The later held-out sweeps per class with the pipeline on every transport: InfiniBand
     hopper 30 of 32 within target (the 2-node NVLSTree mid sizes pay their first chunk per
     level; Tree/LL's at the network's rate) with a median speed ratio in 0.92-1.08; EFA 28
-    of 32 (small Tree/LL calls pay the plugin's message latency); RoCE 46 of 53, all too fast (its per-NIC rate is
-    NDR's: see gcp-a3-ultra.toml)."""
+    of 32 (small Tree/LL calls pay the plugin's message latency); RoCE 46 of 53, all too
+    fast (its per-NIC rate is NDR's: see gcp-a3-ultra.toml)."""
     later = [evaluate(p) for p in POINTS if p.sweep in LATER_SWEEPS]
     classes = {c.network: c.all for c in class_summaries(later)}
     ib, efa, roce = (classes["InfiniBand hopper"], classes["EFA hopper"],
