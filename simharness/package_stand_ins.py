@@ -61,7 +61,7 @@ def _none_stand_in(exc: BaseException, packages: frozenset[str]) -> Stop | None:
         if found is not None:
             package, bound_at, why = found
             return (package, f"{path}:{lineno}",
-                    f"{type(exc).__name__}: {exc}; {name} is the None that {bound_at} binds "
+                    f"{_said(exc)}; {name} is the None that {bound_at} binds "
                     f"{why}")
     return None
 
@@ -190,7 +190,7 @@ def _mock_stand_in(exc: BaseException, packages: frozenset[str]) -> Stop | None:
         if found is not None:
             package, name, path, at = found
             return (package, where,
-                    f"{type(exc).__name__}: {exc}; the object is built from {name}, the mock "
+                    f"{_said(exc)}; the object is built from {name}, the mock "
                     f"that {path}:{at} binds in the place of {package} (not installed)")
     return None
 
@@ -261,6 +261,11 @@ def _mock_source(tree: ast.Module, name: str, module_globals: dict, packages: fr
                     if found is not None:
                         return found[0], node.lineno
     return None
+
+
+def _said(exc: BaseException) -> str:
+    """``TypeError: message``, or the type alone when the message is empty."""
+    return f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
 
 
 # -- source reading -------------------------------------------------------------------------

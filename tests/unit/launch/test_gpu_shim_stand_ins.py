@@ -298,7 +298,8 @@ def test_a_stand_in_for_a_missing_gpu_package_is_a_named_stop(tmp_path, monkeypa
         specs.twice()
     stop = missing_gpu_package(spent.value)
     assert stop is not None and stop.where == f"{tmp_path / 'te_specs.py'}:24"
-    assert f"built from TEOnce, the mock that {tmp_path / 'te_ext.py'}:12 binds" in str(stop)
+    assert (f"(StopIteration; the object is built from TEOnce, the mock that "
+            f"{tmp_path / 'te_ext.py'}:12 binds") in str(stop)
 
 
 def test_a_none_or_a_mock_of_the_code_s_own_stays_a_failure(tmp_path, monkeypatch):
