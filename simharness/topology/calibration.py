@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import math
 import sys
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import numpy as np
@@ -29,7 +29,7 @@ else:  # Python 3.10: the tomli backport, a dependency there
 
 from .cost import predict
 from .errors import TopologyError
-from .loader import load_cluster, topology_dir
+from .loader import load_cluster, load_spec, topology_dir
 from .nccl_ramp import (
     LAUNCH_MODES,
     LAUNCH_US_SINGLE_PER_GPU,
@@ -37,6 +37,7 @@ from .nccl_ramp import (
 )
 from .nccl_tuning import DEFAULT_NCCL, bus_factor
 from .net_pipeline import RING_STEP_FORM, TRANSPORTS
+from .schema import TopologySpec
 
 DEFAULT_PATH = topology_dir() / "calibration" / "nccl_calibration.toml"
 BW_TOLERANCE = 0.15   # issue 8: +-15 % on bandwidth
@@ -169,9 +170,11 @@ def load_points(path: str | Path = DEFAULT_PATH) -> list[CalPoint]:
     return [_point(raw, f"{path} point #{i + 1}") for i, raw in enumerate(data.get("point", []))]
 
 
-def _gpu_time_us(point: CalPoint, nccl: str | None = None) -> tuple[float, str]:
-    """The model's GPU time of one call (no launch) and NCCL's pick."""
-    cluster = load_cluster(point.topology, point.nodes)
+def _gpu_time_us(point: CalPoint, nccl: str | None = None,
+                 spec: TopologySpec | None = None) -> tuple[float, str]:
+    """The model's GPU time of one call (no launch) and NCCL's pick (on ``spec`` in place
+    of the point's topology file when given)."""
+    cluster = load_cluster(point.topology if spec is None else spec, point.nodes)
     dev = point.devices(cluster.gpus_per_node)
     algo = None if point.algo == "default" else point.algo
     est = predict(cluster, dev, point.collective, point.size, algo=algo,
@@ -188,14 +191,16 @@ def _value(point: CalPoint, time_us: float) -> float:
 
 
 def evaluate(point: CalPoint, nccl: str | None = None,
-             single_per_gpu_us: float = LAUNCH_US_SINGLE_PER_GPU) -> CalResult:
+             single_per_gpu_us: float = LAUNCH_US_SINGLE_PER_GPU,
+             spec: TopologySpec | None = None) -> CalResult:
     """The model's prediction for one point (same metric as the measurement).
 
     The NCCL release is the point's own (:func:`_version`) unless ``nccl`` is given;
     back-to-back calls take at least the launch period (:func:`.nccl_ramp.launch_period_us`:
-    one process driving N GPUs launches N kernels per call, ``single_per_gpu_us`` each).
+    one process driving N GPUs launches N kernels per call, ``single_per_gpu_us`` each);
+    ``spec`` prices the point on another topology than its file's (for the fits).
     """
-    gpu_us, pick = _gpu_time_us(point, nccl)
+    gpu_us, pick = _gpu_time_us(point, nccl, spec)
     time_us = gpu_us + launch_overhead_us(point.launch_mode, point.ranks_per_node,
                                           gpu_time_us=gpu_us,
                                           single_per_gpu_us=single_per_gpu_us)
@@ -299,9 +304,58 @@ def fit_net_pipeline(points: list[CalPoint], transport: str = "efa") -> tuple[fl
     >>> fit_net_pipeline(load_points(DEFAULT_PATH)) == (RING_STEP_FLOOR_US["efa"],
     ...                                                 NET_LEVEL_US["efa"])
     True
+    >>> fit_net_pipeline(load_points(DEFAULT_PATH), "roce") == (RING_STEP_FLOOR_US["roce"],
+    ...                                                         NET_LEVEL_US["roce"])
+    True
+
+    A constant no fit point pays (RoCE's level: its fit sweep has no tree level) leaves
+    the cost flat and comes out as the grid's first value, 0.
     """
     floor, level, _ = pipeline_fit(points, transport)
     return floor, level
+
+
+EFFICIENCY_GRID = np.arange(500, 1001) / 1000.0  # per-NIC efficiency: 0.5-1 by 0.001
+PLATEAU_MIN_BYTES = float(1 << 30)  # a sweep's plateau, where its per-NIC rate is read
+
+
+def fit_nic_efficiency(points: list[CalPoint], transport: str = "roce",
+                       topology: str = "gcp-a3-ultra") -> float:
+    """The per-NIC ``efficiency`` of ``topology``'s ``[scale_out]`` fitted on the ``fit``
+    points only.
+
+    Over every point with ``split == "fit"`` on ``topology`` whose network is
+    ``transport``, that crosses it and gives busbw from :data:`PLATEAU_MIN_BYTES` (the
+    sweep's plateau: the topology files state their per-NIC rates as plateau figures),
+    the efficiency that minimises the sum of squared log(predicted / measured busbw),
+    predicted = the model's with only the file's per-NIC efficiency replaced (the
+    pipeline constants as shipped); grid :data:`EFFICIENCY_GRID`. Held-out points are
+    ignored, whatever they say.
+
+    >>> from simharness.topology.loader import load_spec
+    >>> fit_nic_efficiency(load_points(DEFAULT_PATH)) == load_spec(
+    ...     "gcp-a3-ultra").scale_out.efficiency
+    True
+    """
+    spec = load_spec(topology)
+    so = spec.scale_out
+    if so is None or so.transport != transport:
+        raise TopologyError(f"topology {topology!r} has no {transport} network; pass a "
+                            f"topology whose [scale_out] transport is {transport}")
+    sel = [p for p in points if p.split == "fit" and p.topology == topology
+           and p.metric == "busbw" and p.size >= PLATEAU_MIN_BYTES
+           and not network_class(p).startswith("NVLink")]
+    if not sel:
+        raise TopologyError(f"no fit point on {topology} crosses its {transport} network with "
+                            f"a busbw from {_size(PLATEAU_MIN_BYTES)}: nothing to fit its "
+                            "per-NIC efficiency on")
+    meas = np.array([p.measured for p in sel])
+    cost = []
+    for e in EFFICIENCY_GRID:
+        s = replace(spec, scale_out=replace(so, efficiency=float(e)))
+        pred = np.array([evaluate(p, spec=s).predicted for p in sel])
+        cost.append(float((np.log(pred / meas) ** 2).sum()))
+    return float(EFFICIENCY_GRID[int(np.argmin(cost))])
 
 
 @dataclass(frozen=True)

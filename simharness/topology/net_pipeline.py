@@ -47,9 +47,13 @@ What the pipeline adds to NCCL's ``lat + size / bw``, on every transport:
 What differs per transport is the cost of a step or level (:data:`TRANSPORTS`):
 
 - InfiniBand and RoCE (NCCL's verbs transport): the level's latency is NCCL's own
-  ``hwLat[NET]``, already in the table, so the level adds only its chunk's transfer; no
-  ring step floor (NCCL's source gives none and no `fit` sweep crosses a verbs network
-  at mid sizes with a ring, so none is assumed);
+  ``hwLat[NET]``, already in the table, so the level adds only its chunk's transfer.
+  InfiniBand has no ring step floor (NCCL's source gives none and no `fit` sweep crosses
+  an InfiniBand network at mid sizes with a ring, so none is assumed). RoCE's ring steps
+  pay a floor FITTED on the one RoCE sweep marked ``fit`` (GCP A3 Ultra, 2 VMs,
+  all-gather 1 KB-8 GB, ring all the way; :func:`.calibration.fit_net_pipeline`); every
+  RoCE ring step pays it (the verbs transport has no eager limit). That sweep has no tree
+  level, so RoCE's level constant is not fitted and stays 0;
 - EFA (aws-ofi-nccl v1.16.3): the plugin's own cost model states a network message's
   latency on p5 as ``net_lat`` = 20 us (``src/tuner/nccl_ofi_model.cpp:15``, "2 nodes,
   8B RDMA w/imm lat", ``include/tuner/nccl_ofi_tuner_model.h:7``) plus, for Simple only,
@@ -113,19 +117,23 @@ EFA_NET_LAT_US = 20.0          # aws-ofi-nccl v1.16.3 nccl_ofi_model.cpp:15 (p5 
 EFA_COMP_OVERHEAD_US = 3.0     # TUNER_NET_COMP_OVERHEAD default, nccl_ofi_param.h:317
 EFA_EAGER_MAX_BYTES = 8192     # EAGER_MAX_SIZE default, nccl_ofi_param.h:256
 # Shortest time of one ring step over the network, us (FITTED on the `fit` sweeps, see
-# the module docstring); 0 where no source or fit sweep gives one.
-RING_STEP_FLOOR_US = {"infiniband": 0.0, "roce": 0.0, "efa": 7.3}
+# the module docstring; calibration.fit_net_pipeline re-derives them): EFA on the 2- and
+# 16-instance p5 sweeps, RoCE on the GCP A3 Ultra sweep gcp-a3-ultra-ag-2n-gib; 0 where no
+# source or fit sweep gives one.
+RING_STEP_FLOOR_US = {"infiniband": 0.0, "roce": 0.6, "efa": 7.3}
 # How a ring step's transfer x and the floor F combine: sqrt(F^2 + x^2) (the step's time
-# turns over smoothly from the floor to its transfer). Chosen on the fit sweeps: over their
-# 32 points it fits better than max(F, x) (calibration.pipeline_fit;
-# tests/unit/cost/test_net_transport.py re-runs both).
+# turns over smoothly from the floor to its transfer). Chosen on the EFA fit sweeps: over
+# their 32 points it fits better than max(F, x) (calibration.pipeline_fit;
+# tests/unit/cost/test_net_transport.py re-runs both); so it does on the RoCE fit sweep.
 RING_STEP_FORM = "hypot"
 # What a tree level whose message goes by rendezvous adds beyond the transport's latency
-# and the chunk's transfer, us (FITTED on the `fit` sweeps); 0 where none is priced.
+# and the chunk's transfer, us (FITTED on the `fit` sweeps: EFA on the p5 sweeps); 0 where
+# none is priced or, as on RoCE, no fit sweep has a tree level to fit it on.
 NET_LEVEL_US = {"infiniband": 0.0, "roce": 0.0, "efa": 50.0}
 TRANSPORTS = {
     "infiniband": Transport("infiniband"),
-    "roce": Transport("roce"),
+    "roce": Transport("roce", level_us=NET_LEVEL_US["roce"],
+                      floor_us=RING_STEP_FLOOR_US["roce"]),
     "efa": Transport("efa", EFA_NET_LAT_US, EFA_COMP_OVERHEAD_US, EFA_EAGER_MAX_BYTES,
                      NET_LEVEL_US["efa"], RING_STEP_FLOOR_US["efa"]),
 }

@@ -296,6 +296,7 @@ def test_explain_says_what_a_fabric_changes_in_nccl():
     roce = fabric("gcp-a3-ultra")
     assert "RoCE" in roce and "lossless" in roce and "gIB" in roce
     assert "NOT modelled" in roce   # gIB's tuner configuration is named, not modelled
+    assert "FITTED" in roce and "not blind" in roce   # the RoCE fit and its caveat
     azure = fabric("azure-nd-h100-v5")
     assert "tuner plugin" not in azure and "net plugin" not in azure
     assert "InfiniBand through NCCL's own IB verbs" in fabric("azure-nd-h100-v5")
