@@ -7,10 +7,13 @@ its place:
   (``megatron/core/extensions/transformer_engine.py``); a class written over it
   (``class TELinear(te.pytorch.Linear)``) is a mock too, and so is what it builds;
 * ``TESpecProvider = None`` on the ``else`` of ``if HAVE_TE:``, where ``HAVE_TE`` is set
-  beside that import (``megatron/core/models/gpt/gpt_layer_specs.py``).
+  beside that import (``megatron/core/models/gpt/gpt_layer_specs.py``);
+* another package's class: ``from torch.optim import AdamW as Adam`` where Transformer
+  Engine's or apex's ``FusedAdam`` is missing (``megatron/core/optimizer/__init__.py``).
 
 A test that reaches one fails far from any import: ``'NoneType' object is not callable``,
-``Mock object has no attribute 'cuda'``, a ``StopIteration`` out of a mock's call. Each is
+``Mock object has no attribute 'cuda'``, a ``StopIteration`` out of a mock's call, torch's
+``AdamW`` refusing ``lr=None`` that ``FusedAdam`` takes. Each is
 the package's absence, so it is a named stop (``simharness.errors.MissingGPUPackage``, made
 from what :func:`stand_in_stop` finds).
 The link from the failure to the package is read from the objects (the failing mock's
@@ -41,7 +44,7 @@ def stand_in_stop(exc: BaseException, packages: frozenset[str]) -> Stop | None:
     into, else None."""
     if isinstance(exc, (TypeError, AttributeError)) and _NONE_ERROR.search(str(exc)):
         return _none_stand_in(exc, packages)
-    return _mock_stand_in(exc, packages)
+    return _mock_stand_in(exc, packages) or _class_stand_in(exc, packages)
 
 
 # -- None bound in a package's place --------------------------------------------------------
@@ -260,6 +263,78 @@ def _mock_source(tree: ast.Module, name: str, module_globals: dict, packages: fr
                     found = _mock_source(tree, base.id, module_globals, packages, depth + 1)
                     if found is not None:
                         return found[0], node.lineno
+    return None
+
+
+# -- another package's class bound in a package's place -----------------------------------
+
+
+def _class_stand_in(exc: BaseException, packages: frozenset[str]) -> Stop | None:
+    """A class the code binds in the except of a GPU-only package's import (Megatron-Core's
+    ``from torch.optim import AdamW as Adam`` without Transformer Engine's or apex's
+    FusedAdam; ``LNImpl = WrappedTorchNorm`` without apex), raising from one of its own
+    methods, called from code of the binding module's package (``megatron``): the stand-in
+    refused what the package's class would take (``lr=None``, sequence parallelism)."""
+    frames = []
+    tb = exc.__traceback__
+    while tb is not None:
+        frames.append((tb.tb_frame, tb.tb_lineno))
+        tb = tb.tb_next
+    for frame, lineno in reversed(frames):
+        local = frame.f_locals
+        cls = local.get("cls") if isinstance(local.get("cls"), type) else \
+            type(local["self"]) if "self" in local else None
+        if cls is None or not any(frame.f_code is _code(vars(k).get(frame.f_code.co_name))
+                                  for k in cls.__mro__):
+            continue
+        callers = {str(f.f_globals.get("__name__", "")).split(".")[0] for f, _ in frames
+                   if f.f_globals.get("__name__") not in {k.__module__ for k in cls.__mro__}}
+        for module in list(sys.modules.values()):
+            top = str(getattr(module, "__name__", "")).split(".")[0]
+            names = [n for n, v in list(getattr(module, "__dict__", {}).items()) if v is cls]
+            if not names or top not in callers:
+                continue
+            found = _class_source(getattr(module, "__file__", None) or "", names, packages)
+            if found is not None:
+                package, name, at = found
+                return (package, f"{frame.f_code.co_filename}:{lineno}",
+                        f"{_said(exc)}; in {cls.__module__}.{cls.__qualname__}, which "
+                        f"{module.__file__}:{at} binds as {name} in the place of {package} "
+                        "(not installed)")
+        return None
+    return None
+
+
+def _code(attr: object) -> object:
+    """The code object of a function, method, staticmethod or classmethod (else None)."""
+    return getattr(getattr(attr, "__func__", attr), "__code__", None)
+
+
+def _class_source(path: str, names: list[str],
+                  packages: frozenset[str]) -> tuple[str, str, int] | None:
+    """(package, name, line) when the module binds one of ``names`` in an ``except`` of a
+    ``try`` that imports a missing GPU-only package."""
+    tree = _parse(path)
+    if tree is None:
+        return None
+    for node in ast.walk(tree):
+        if not isinstance(node, ast.Try):
+            continue
+        package = _absent(_packages_imported(node.body, packages))
+        if package is None:
+            continue
+        for handler in node.handlers:
+            for s in ast.walk(handler):
+                if isinstance(s, ast.ImportFrom) \
+                        and str(s.module).split(".")[0] not in packages:
+                    bound = [a.asname or a.name for a in s.names]
+                elif isinstance(s, ast.Assign):
+                    bound = [n for n in names if _binds(s, n)]
+                else:
+                    continue
+                for name in names:
+                    if name in bound:
+                        return package, name, s.lineno
     return None
 
 

@@ -316,3 +316,61 @@ def test_a_none_or_a_mock_of_the_code_s_own_stays_a_failure(tmp_path, monkeypatc
     with pytest.raises(AttributeError) as mocked:
         MagicMock(spec=str).cuda()  # the test's own mock, though te's stand-in is loaded
     assert missing_gpu_package(mocked.value) is None
+
+
+def test_another_package_s_class_bound_for_a_missing_one_is_a_named_stop(tmp_path,
+                                                                         monkeypatch):
+    """Megatron-Core's optimizer without Transformer Engine or apex: ``from torch.optim
+    import AdamW as Adam`` in the inner ``except``, which refuses the ``lr=None`` FusedAdam
+    takes; ``LNImpl = WrappedTorchNorm`` without apex, whose ``__new__`` refuses sequence
+    parallelism. A stop when the stand-in raises from its own method, called from the
+    binding module's package; the same class called by a test of its own stays a failure."""
+    (tmp_path / "strict_opt.py").write_text(
+        "class StrictAdam:\n"
+        "    def __init__(self, lr):\n"
+        "        if not 0.0 <= lr:\n"
+        "            raise ValueError(lr)\n"
+        "class StrictNorm:\n"
+        "    def __new__(cls, sequence_parallel):\n"
+        "        assert not sequence_parallel, 'sequence parallel not supported'\n"
+        "        return object.__new__(cls)\n", encoding="utf-8")
+    (tmp_path / "fused_opt.py").write_text(
+        "try:\n"
+        "    from transformer_engine.pytorch.optimizers import FusedAdam as Adam\n"
+        "except ImportError:\n"
+        "    try:\n"
+        "        from apex.optimizers import FusedAdam as Adam\n"
+        "    except ImportError:\n"
+        "        from strict_opt import StrictAdam as Adam\n"
+        "try:\n"
+        "    import apex\n"
+        "    LNImpl = apex.normalization.FusedLayerNorm\n"
+        "except ImportError:\n"
+        "    from strict_opt import StrictNorm\n"
+        "    LNImpl = StrictNorm\n"
+        "def make(lr):\n"
+        "    return Adam(lr)\n"
+        "def norm(sp):\n"
+        "    return LNImpl(sp)\n", encoding="utf-8")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    import importlib
+    import sys
+
+    for name in ("strict_opt", "fused_opt"):
+        monkeypatch.delitem(sys.modules, name, raising=False)
+    fused, strict = importlib.import_module("fused_opt"), importlib.import_module("strict_opt")
+    with pytest.raises(TypeError) as adam:
+        fused.make(None)
+    stop = missing_gpu_package(adam.value)
+    assert stop is not None and stop.package == "transformer_engine"
+    assert stop.where == f"{tmp_path / 'strict_opt.py'}:3"
+    assert (f"in strict_opt.StrictAdam, which {tmp_path / 'fused_opt.py'}:7 binds as Adam in "
+            "the place of transformer_engine (not installed)") in str(stop)
+    with pytest.raises(AssertionError) as norm:
+        fused.norm(True)
+    stop = missing_gpu_package(norm.value)
+    assert stop is not None and stop.package == "apex"
+    assert f"{tmp_path / 'fused_opt.py'}:12 binds as StrictNorm" in str(stop)
+    with pytest.raises(TypeError) as own:
+        strict.StrictAdam(None)  # the class used by the test itself
+    assert missing_gpu_package(own.value) is None
