@@ -72,7 +72,6 @@ COLLECTIVES = (
     "broadcast", "reduce", "gather", "scatter", "reduce_scatter", "_reduce_scatter_base",
     "alltoall", "alltoall_base", "barrier", "monitored_barrier", "send", "recv", "recv_anysource",
     "_get_sequence_number_for_group",  # agreed with the group's rank 0: connects it too
-    "_start_coalescing", "_end_coalescing",  # the coalescing manager's, given a device
 )
 
 
@@ -141,6 +140,14 @@ class LazyGlooGroup(ProcessGroup):
 
     def name(self) -> str:
         return "gloo"
+
+    # The coalescing manager's, given a device: the backend's own (gloo has none, and says
+    # so, as it does for a group connected at creation).
+    def _start_coalescing(self, device: Any = None) -> None:
+        self.real_backend()._start_coalescing()
+
+    def _end_coalescing(self, device: Any = None) -> Any:
+        return self.real_backend()._end_coalescing()
 
     def _get_backend_name(self) -> str:
         return "gloo"
