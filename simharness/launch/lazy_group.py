@@ -18,6 +18,22 @@ sequence number is only agreed when it is first used; every collective, object c
 point-to-point call and functional collective on it runs on a real gloo backend (the
 faithful tests check sums, gathers and broadcasts on subgroups).
 
+Every call torch makes on the group object goes to the real backend's own Python method
+(:data:`COLLECTIVES`, :data:`RENAMED`, the coalesced forms), never to ``ProcessGroup``'s
+C++ method through this subclass. For a Python subclass, torch's trampoline
+(``PyProcessGroup``, torch/csrc/distributed/c10d/PyProcessGroup.hpp in torch 2.13:
+``WORK_OVERRIDE`` and ``reduce_scatter_single_coalesced`` take the GIL to look for a Python
+override, and call the base class's method still holding it) runs gloo's ``enqueue`` under
+the GIL, where it waits for the work queue's lock. A gloo worker holds that lock while it
+drops the work it has just finished (``ProcessGroupGloo::runLoop``); when the caller has
+already dropped its handle, the worker's is the last reference, and the work's saved
+thread-local state holds Python objects (under the GPU shim, its ``TorchFunctionMode``),
+whose release takes the GIL. Each thread then waits for the other for good: a loop of
+coalesced reduce-scatters (Megatron's distributed optimizer, ``_coalescing_manager`` and
+``reduce_scatter_tensor``) stopped after a few iterations, at random. The backend's own
+methods release the GIL before they enqueue, as a group connected at creation does; and
+each of them connects a lazy group first, inside the coalescing manager too.
+
 :func:`agree_connected` closes a gap in gloo's own connection. Of the two sides of a pair,
 the active one is connected once it has written its sequence number, the passive one once
 its listener has read it (gloo's ``Pair::connect``, gloo/transport/tcp/pair.cc at pytorch/gloo
@@ -33,14 +49,18 @@ and the shim's eager gloo groups) waits until all its members are connected.
 from __future__ import annotations
 
 import contextlib
-import functools
 import types
 from collections.abc import Iterator
 from datetime import timedelta
 from typing import Any
 
 import torch
-from torch._C._distributed_c10d import ProcessGroup
+from torch._C._distributed_c10d import (
+    AllgatherOptions,
+    ProcessGroup,
+    ReduceScatterOptions,
+    Work,
+)
 from torch.distributed import distributed_c10d as c10d
 
 _PG: Any = ProcessGroup  # the base class's own methods, called past this class's overrides
@@ -121,6 +141,14 @@ class LazyGlooGroup(ProcessGroup):
     def name(self) -> str:
         return "gloo"
 
+    # The coalescing manager's, given a device: the backend's own (gloo has none, and says
+    # so, as it does for a group connected at creation).
+    def _start_coalescing(self, device: Any = None) -> None:
+        self.real_backend()._start_coalescing()
+
+    def _end_coalescing(self, device: Any = None) -> Any:
+        return self.real_backend()._end_coalescing()
+
     def _get_backend_name(self) -> str:
         return "gloo"
 
@@ -166,52 +194,72 @@ def _delegate(method: str, backend_method: str | None = None) -> Any:
     return call
 
 
-#: The group-level calls torch's Python API makes on the group object itself (torch 2.13:
-#: ``all_gather_into_tensor`` calls ``group.all_gather_single``, ``reduce_scatter_tensor``
-#: ``group.reduce_scatter_single``): ``ProcessGroup`` dispatches them by the tensors' device
-#: to a registered backend, so the real backend is made and registered first, then the base
-#: class's own dispatch runs.
-DISPATCHED = ("all_gather_single", "reduce_scatter_single")
-
-#: A group-level call that ``ProcessGroup`` routes back through a Python subclass's override
-#: (calling the base from the override would recurse) goes to the real backend's method of
-#: the same meaning. The coalesced forms are reached only inside torch's
-#: ``_coalescing_manager``, which the GPU shim has connect the group first
-#: (:func:`connect_first`), so the base class's dispatch finds the backend registered.
-RENAMED = {"all_to_all_single": "alltoall_base"}
+#: The group-level calls torch's Python API makes on the group object itself, each to the
+#: real backend's method of the same meaning (torch 2.13: ``all_gather_into_tensor`` calls
+#: ``group.all_gather_single``, ``reduce_scatter_tensor`` ``group.reduce_scatter_single``,
+#: ``all_to_all_single`` ``group.all_to_all_single``). ``ProcessGroup``'s own method would
+#: run gloo under the GIL (see the module doc).
+RENAMED = {"all_gather_single": "_allgather_base",
+           "reduce_scatter_single": "_reduce_scatter_base",
+           "all_to_all_single": "alltoall_base"}
 
 
-def _connected_then(method: str) -> Any:
-    def call(self: LazyGlooGroup, *args: Any, **kwargs: Any) -> Any:
-        self.real_backend()
-        return getattr(_PG, method)(self, *args, **kwargs)
+class AllOf(Work):
+    """One work standing for several (a coalesced call made of one backend call per
+    tensor): ``wait`` waits for each in order."""
 
-    call.__name__ = method
-    return call
+    def __init__(self, works: list[Any]):
+        super().__init__()
+        self._works = works
+
+    def wait(self, timeout: Any = None) -> bool:
+        for work in self._works:
+            if timeout:
+                work.wait(timeout)
+            else:
+                work.wait()
+        return True
+
+    def is_completed(self) -> bool:
+        return all(work.is_completed() for work in self._works)
 
 
-def connect_first(coalescing_manager: Any) -> Any:
-    """torch's ``_coalescing_manager`` that first connects a lazy ``group`` (its calls on the
-    group object, ``_start_coalescing`` and the coalesced collectives, then find the real
-    backend registered, as on a group connected at creation)."""
-    @functools.wraps(coalescing_manager)
-    def _coalescing_manager(*args: Any, **kwargs: Any) -> Any:
-        group = kwargs.get("group", args[0] if args else None)
-        if isinstance(group, LazyGlooGroup):
-            group.real_backend()
-        return coalescing_manager(*args, **kwargs)
+def _all_gather_coalesced(self: LazyGlooGroup, outputs: list[Any], inputs: list[Any],
+                          opts: Any = None) -> Any:
+    """``all_gather_single_coalesced`` (the coalescing manager's fast path): gloo's
+    ``allgather_coalesced`` with each output split in one chunk per member, as gloo's own
+    ``allgather_into_tensor_coalesced`` does (ProcessGroupGloo.cpp, torch 2.13)."""
+    real = self.real_backend()
+    size = self.size()
+    lists = [[out.chunk(size)[r] for out in outputs] for r in range(size)]
+    return real.allgather_coalesced(lists, list(inputs),
+                                    opts if opts is not None else AllgatherOptions())
 
-    return _coalescing_manager
+
+def _reduce_scatter_coalesced(self: LazyGlooGroup, outputs: list[Any], inputs: list[Any],
+                              opts: Any = None) -> Any:
+    """``reduce_scatter_single_coalesced`` (the coalescing manager's fast path): gloo's
+    ``_reduce_scatter_base`` for each tensor, in order, as gloo's own
+    ``reduce_scatter_tensor_coalesced`` issues them (one all-reduce each)."""
+    real = self.real_backend()
+    opts = opts if opts is not None else ReduceScatterOptions()
+    works = [real._reduce_scatter_base(out, inp, opts)
+             for out, inp in zip(outputs, inputs, strict=True)]
+    return works[0] if len(works) == 1 else AllOf(works)
 
 
 for _name in COLLECTIVES:
     setattr(LazyGlooGroup, _name, _delegate(_name))
-for _name in DISPATCHED:
-    if hasattr(_PG, _name):
-        setattr(LazyGlooGroup, _name, _connected_then(_name))
 for _name, _backend_name in RENAMED.items():
     if hasattr(_PG, _name):
         setattr(LazyGlooGroup, _name, _delegate(_name, _backend_name))
+# The coalesced forms under torch 2.13's names and the older ones a caller may use.
+for _name in ("all_gather_single_coalesced", "allgather_into_tensor_coalesced"):
+    if hasattr(_PG, _name):
+        setattr(LazyGlooGroup, _name, _all_gather_coalesced)
+for _name in ("reduce_scatter_single_coalesced", "reduce_scatter_tensor_coalesced"):
+    if hasattr(_PG, _name):
+        setattr(LazyGlooGroup, _name, _reduce_scatter_coalesced)
 
 _REAL_GLOO = c10d.ProcessGroupGloo
 

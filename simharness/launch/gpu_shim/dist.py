@@ -220,12 +220,6 @@ def _patch_dist(shim: Shim, lazy_groups: bool = False) -> None:
     orig_gather = getattr(c10d, "all_gather_single", None)
     if orig_gather is not None:
         _replace_everywhere(shim, "torch.distributed", orig_gather, _flat_gather(orig_gather))
-    orig_coalescing = getattr(c10d, "_coalescing_manager", None)
-    if orig_coalescing is not None:  # a lazy group is connected before torch coalesces on it
-        from ..lazy_group import connect_first
-
-        _replace_everywhere(shim, "torch.distributed", orig_coalescing,
-                            connect_first(orig_coalescing))
     if not hasattr(dist, "ProcessGroupNCCL"):
         _set(shim, dist, "ProcessGroupNCCL", _nccl_stand_in())
 

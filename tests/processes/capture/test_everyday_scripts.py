@@ -220,6 +220,19 @@ def test_processes_a_rank_started_end_with_it(tmp_path, mode):
     assert not left, f"processes the ranks started are still running: {left}"
 
 
+# ------------------------------------------- collectives on the lazily connected groups
+def test_a_coalesced_first_use_of_a_subgroup_computes_and_is_clean(tmp_path):
+    # A faithful rank's subgroups connect on first use (simharness.launch.lazy_group); here
+    # the first use of each is a coalesced reduce-scatter or all-gather, 50 steps, each
+    # result checked by the script (a wrong one is a failed rank, exit 3).
+    res, cap, _ = capture(tmp_path, "coalesced_first_use.py", 2)
+    assert res.returncode == 0, res.stdout + res.stderr
+    assert "captured 2 of 2 ranks" in text(res) and "0 errors, 0 warnings" in text(res)
+    for r in (0, 1):
+        assert cap.records[r].status == "ok"
+        assert [c.desc for c in cap.calls(r)] == ["GRADS", "PARAMS"]
+
+
 # --------------------------------------------------------------- bad input
 @pytest.mark.parametrize("mode", [(), FAST], ids=["faithful", "fast"])
 def test_an_output_path_that_cannot_be_written_is_refused_before_any_rank(tmp_path, mode):
