@@ -25,6 +25,8 @@ package must also be absent here.
 from __future__ import annotations
 
 import ast
+import functools
+import gc
 import importlib.util
 import linecache
 import re
@@ -41,10 +43,18 @@ _IDENT = re.compile(r"[A-Za-z_]\w*")
 
 def stand_in_stop(exc: BaseException, packages: frozenset[str]) -> Stop | None:
     """The missing package of ``packages`` (the GPU-only ones) whose stand-in ``exc`` ran
-    into, else None."""
-    if isinstance(exc, (TypeError, AttributeError)) and _NONE_ERROR.search(str(exc)):
-        return _none_stand_in(exc, packages)
-    return _mock_stand_in(exc, packages) or _class_stand_in(exc, packages)
+    into, else None. The garbage collector is paused meanwhile: a rank that collects inside
+    this reading would run the code's own finalizers at a point the other ranks do not
+    (Megatron-LM's test containers call ``torch.distributed.barrier`` in ``__del__``)."""
+    collecting = gc.isenabled()
+    gc.disable()  # no finalizer of the code's own runs inside this reading of its source
+    try:
+        if isinstance(exc, (TypeError, AttributeError)) and _NONE_ERROR.search(str(exc)):
+            return _none_stand_in(exc, packages)
+        return _mock_stand_in(exc, packages) or _class_stand_in(exc, packages)
+    finally:
+        if collecting:
+            gc.enable()
 
 
 # -- None bound in a package's place --------------------------------------------------------
@@ -346,6 +356,7 @@ def _said(exc: BaseException) -> str:
 # -- source reading -------------------------------------------------------------------------
 
 
+@functools.lru_cache(maxsize=64)
 def _parse(path: str) -> ast.Module | None:
     if not path.endswith(".py"):
         return None

@@ -374,3 +374,20 @@ def test_another_package_s_class_bound_for_a_missing_one_is_a_named_stop(tmp_pat
     with pytest.raises(TypeError) as own:
         strict.StrictAdam(None)  # the class used by the test itself
     assert missing_gpu_package(own.value) is None
+
+
+def test_no_finalizer_runs_while_a_failure_s_stand_in_is_read(monkeypatch):
+    """A rank reading sources after a failure must not collect garbage there: Megatron-LM's
+    test containers call a barrier in ``__del__``, and one rank's collection at a point the
+    others pass without one is a hang."""
+    import gc
+
+    from simharness import package_stand_ins
+
+    seen = []
+    monkeypatch.setattr(package_stand_ins, "_mock_stand_in",
+                        lambda exc, packages: seen.append(gc.isenabled()))
+    monkeypatch.setattr(package_stand_ins, "_class_stand_in", lambda exc, packages: None)
+    assert gc.isenabled()
+    assert package_stand_ins.stand_in_stop(ValueError("x"), frozenset()) is None
+    assert seen == [False] and gc.isenabled()
