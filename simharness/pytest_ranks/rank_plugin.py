@@ -43,6 +43,7 @@ from __future__ import annotations
 
 import contextlib
 import faulthandler
+import gc
 import json
 import os
 import sys
@@ -287,6 +288,7 @@ class RankSession:
                     f"ranks {differ} collected other tests than rank 0 (parametrisation or "
                     f"skip conditions that depend on the rank or on hash order)")
         self.watchdog.disarm()
+        gc.freeze()  # what import and collection made: each test's collection skips it
 
     def pytest_collectreport(self, report: pytest.CollectReport) -> None:
         if report.failed:
@@ -315,6 +317,17 @@ class RankSession:
             self.write(kind="interrupted", i=i, nodeid=item.nodeid, what=what,
                        elapsed=round(time.monotonic() - start, 4))
             return
+        # The test's garbage is collected here, at the same point on every rank, while its
+        # groups still exist: a finalizer that makes a collective (Megatron-LM's test
+        # containers call torch.distributed.barrier in __del__) then runs on every rank
+        # together, as it does when a test passes and frees it, not wherever one rank's
+        # collector happens to run later. pytest keeps a failed test's traceback, and with
+        # it the test's objects, in sys.last_traceback (for a post-mortem debugger, which a
+        # rank has not): dropped first.
+        for name in ("last_type", "last_value", "last_traceback", "last_exc"):
+            with contextlib.suppress(AttributeError):
+                delattr(sys, name)
+        gc.collect()
         _destroy_new_groups(before)
         self.watchdog.update(state="finished")  # still armed: a stuck peer is still this test
         self._record(item, time.monotonic() - start)
