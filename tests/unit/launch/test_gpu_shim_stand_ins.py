@@ -261,14 +261,19 @@ def _stand_in_modules(tmp_path, monkeypatch):
         "    from te_ext import TEOnce\n"
         "    TEOnce()\n"
         "    return TEOnce()\n", encoding="utf-8")
-    monkeypatch.syspath_prepend(str(tmp_path))
+    return _import_fresh(tmp_path, monkeypatch, "te_ext", "te_specs")
+
+
+def _import_fresh(tmp_path, monkeypatch, *names):
+    """The modules ``names`` written in ``tmp_path``, imported anew (not a copy another
+    test left in ``sys.modules``)."""
     import importlib
     import sys
 
-    for name in ("te_ext", "te_specs"):
+    monkeypatch.syspath_prepend(str(tmp_path))
+    for name in names:
         monkeypatch.delitem(sys.modules, name, raising=False)
-
-    return importlib.import_module("te_ext"), importlib.import_module("te_specs")
+    return tuple(importlib.import_module(name) for name in names)
 
 
 def test_a_stand_in_for_a_missing_gpu_package_is_a_named_stop(tmp_path, monkeypatch):
@@ -352,13 +357,7 @@ def test_another_package_s_class_bound_for_a_missing_one_is_a_named_stop(tmp_pat
         "    return Adam(lr)\n"
         "def norm(sp):\n"
         "    return LNImpl(sp)\n", encoding="utf-8")
-    monkeypatch.syspath_prepend(str(tmp_path))
-    import importlib
-    import sys
-
-    for name in ("strict_opt", "fused_opt"):
-        monkeypatch.delitem(sys.modules, name, raising=False)
-    fused, strict = importlib.import_module("fused_opt"), importlib.import_module("strict_opt")
+    fused, strict = _import_fresh(tmp_path, monkeypatch, "fused_opt", "strict_opt")
     with pytest.raises(TypeError) as adam:
         fused.make(None)
     stop = missing_gpu_package(adam.value)
