@@ -295,6 +295,10 @@ class RankSession:
             self.collect_errors += 1
             self.write(kind="collect_error", nodeid=report.nodeid,
                        longrepr=str(report.longrepr))
+        elif report.skipped:  # a module skipped as it is imported (pytest.importorskip)
+            rep = report.longrepr
+            reason = rep[2] if isinstance(rep, tuple) and len(rep) == 3 else str(rep)
+            self.write(kind="collect_skip", nodeid=report.nodeid, reason=str(reason))
 
     # -- one test -------------------------------------------------------------------------
     @pytest.hookimpl(hookwrapper=True)

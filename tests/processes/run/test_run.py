@@ -226,6 +226,17 @@ def test_arguments_that_select_nothing_exit_5():
         f"-k no_such_test_name {CASES}"]
 
 
+def test_a_module_skipped_at_import_is_a_skip_as_in_pytest():
+    """pytest reports a module that calls pytest.importorskip as 1 skipped, exit 0; so does
+    run (not "the pytest arguments select no tests"), with the skip's reason."""
+    out = simharness("run", "-n", "2", "--", "pytest", "-p", "no:randomly",
+                     "tests/fixtures/run/skipped_module.py")
+    text = out.stdout + out.stderr
+    assert out.returncode == 0, text
+    assert "SKIPPED" in text and "needs no_such_optional_package" in text, text
+    assert "0 passed, 0 failed, 1 skipped, 0 hung" in text, text
+
+
 def test_ctrl_c_keeps_the_verdicts_so_far_and_gives_none_to_the_test_it_stopped(tmp_path):
     """Ctrl-C inside a test: the tests before it keep their verdicts (JUnit too), the test
     it stopped gets none (it was once reported PASSED: the ranks' hook took the
