@@ -37,6 +37,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import xml.etree.ElementTree as ET
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
@@ -140,7 +141,7 @@ def _hints(detail: str, after_stop: tuple[str, Iterable[int]] | None) -> list[st
     hints = []
     if device_identity(detail):
         hints.append(DEVICE_HINT)
-    elif _SPLITS_AS_TENSOR in detail:
+    elif _SPLITS_AS_TENSOR.search(detail):
         hints.append(SPLITS_HINT)
     if after_stop is not None:
         hints.append(knock_on_hint(*after_stop))
@@ -191,8 +192,10 @@ DEVICE_HINT = ("the assertion reads a tensor's device: the shim keeps tensors pu
 
 #: torch's refusal of a tensor where a list of split sizes goes, and the line it gets: code
 #: that moves split sizes to the host as NumPy only when they are on CUDA (``if t.is_cuda``)
-#: keeps them a tensor on CPU ranks.
-_SPLITS_AS_TENSOR = "all_to_all_single(): incompatible function arguments"
+#: keeps them a tensor on CPU ranks. A lazily connected group passes them to the real
+#: backend's ``alltoall_base`` (simharness/launch/lazy_group.py), which refuses them alike.
+_SPLITS_AS_TENSOR = re.compile(r"\b(all_to_all_single|alltoall_base)\(\): incompatible "
+                               r"function arguments")
 SPLITS_HINT = ("split sizes reached all_to_all_single as a tensor: code that turns them into "
                "a list or NumPy array only when they are on CUDA (if t.is_cuda: ...) keeps "
                "them a tensor on CPU ranks, where the shim's tensors report device 'cpu'; "

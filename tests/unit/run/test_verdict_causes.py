@@ -213,3 +213,9 @@ def test_split_sizes_kept_a_tensor_by_a_device_branch_name_the_known_difference(
     assert v.outcome == "failed" and v.detail.splitlines()[0] == SPLITS_HINT
     after = verdict("t::a2a", {0: rec}, 1, after_stop=("u::x", [0])).detail.splitlines()
     assert after[0] == SPLITS_HINT and after[1].startswith("after a needs-GPU stop in u::x")
+    lazy = {"outcome": "failed", "longrepr": (  # a lazy group hands them to the backend
+        "E   TypeError: alltoall_base(): incompatible function arguments. The following "
+        "argument types are supported:\nE   Invoked with: ..., tensor([52, 52]), ...")}
+    assert verdict("t::a2a", {0: lazy}, 1).detail.splitlines()[0] == SPLITS_HINT
+    other = {"outcome": "failed", "longrepr": "E   TypeError: my_alltoall_base(): no"}
+    assert SPLITS_HINT not in verdict("t::a2a", {0: other}, 1).detail
