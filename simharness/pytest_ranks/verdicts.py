@@ -212,13 +212,17 @@ def device_identity(detail: str) -> bool:
     True
     >>> device_identity("E       assert 'cpu' == 'meta'"), device_identity("is_cuda")
     (False, False)
+    >>> device_identity("E   AssertionError: Expects the parameter to already be moved to "
+    ...                 "device cuda:0 but got cpu")
+    True
     """
     lines = [ln for ln in detail.splitlines() if ln.lstrip().startswith("E ")]
     text = "\n".join(lines)
     if "AssertionError" not in text and "assert " not in text:
         return False
-    return ".is_cuda" in text or ("cuda" in text and ("'cpu'" in text
-                                                       or "type='cpu'" in text))
+    return ".is_cuda" in text or ("cuda" in text and ("'cpu'" in text or "type='cpu'" in text
+                                                       or re.search(r"\bcuda:\d+ but got cpu\b",
+                                                                    text) is not None))
 
 
 def knock_on_hint(stopped_in: str, ranks: Iterable[int]) -> str:
