@@ -106,6 +106,10 @@ def verdict(nodeid: str, records: Mapping[int, Mapping], world: int,
     stuck = sorted(r for r, h in hangs.items() if h.get("state") == "running")
     if hangs:
         stuck = stuck or sorted(hangs)
+        left = sorted(r for r, rec in records.items() if rec.get("outcome") in ("failed", "error"))
+        if left:
+            return _failed_leaving_others(nodeid, records, hangs, left, stuck, duration,
+                                          after_stop)
         waiting = sorted(set(range(world)) - set(stuck))
         parts = [f"stuck on ranks {_span(stuck)}"
                  + (f"; ranks {_span(waiting)} had finished it" if waiting else "")]
@@ -146,6 +150,33 @@ def _hints(detail: str, after_stop: tuple[str, Iterable[int]] | None) -> list[st
     if after_stop is not None:
         hints.append(knock_on_hint(*after_stop))
     return hints
+
+
+def _failed_leaving_others(nodeid: str, records: Mapping[int, Mapping],
+                           hangs: Mapping[int, Mapping], failing: list[int], stuck: list[int],
+                           duration: float,
+                           after_stop: tuple[str, Iterable[int]] | None) -> Verdict:
+    """Failed: ranks ``failing`` failed the test and the others, ``stuck``, were left inside
+    it (in a collective or barrier the failing ranks skipped when they raised); the failure
+    is the cause, the stuck ranks' stacks follow it.
+
+    >>> v = _failed_leaving_others("t::a", {5: {"outcome": "failed", "longrepr": "E boom"}},
+    ...     {0: {"state": "running", "elapsed": 30.0, "stack": "barrier"}}, [5], [0], 30.0,
+    ...     None)
+    >>> v.outcome, v.ranks, v.detail.splitlines()[0][:40]
+    ('failed', (5,), 'failed on ranks 5; ranks 0 were still in')
+    """
+    detail = str(records[failing[0]].get("longrepr") or "")
+    if records[failing[0]].get("outcome") == "error":
+        detail = "error in setup or teardown\n" + detail
+    elapsed = max(float(hangs[r].get("elapsed") or 0.0) for r in stuck)
+    head = (f"failed on ranks {_span(failing)}; ranks {_span(stuck)} were still inside the "
+            f"test {elapsed:.1f}s after it started, waiting for them (a collective or barrier "
+            f"the failing ranks did not reach once they raised), and were stopped")
+    stacks = [f"--- rank {r} stack ---\n{hangs[r].get('stack', '').rstrip()}" for r in stuck]
+    return Verdict(nodeid, "failed", tuple(failing), failing[0],
+                   "\n".join([head, *_hints(detail, after_stop), detail, *stacks]).strip(),
+                   duration)
 
 
 def _group_mismatch(nodeid: str, records: Mapping[int, Mapping], hangs: Mapping[int, Mapping],

@@ -219,3 +219,19 @@ def test_split_sizes_kept_a_tensor_by_a_device_branch_name_the_known_difference(
     assert verdict("t::a2a", {0: lazy}, 1).detail.splitlines()[0] == SPLITS_HINT
     other = {"outcome": "failed", "longrepr": "E   TypeError: my_alltoall_base(): no"}
     assert SPLITS_HINT not in verdict("t::a2a", {0: other}, 1).detail
+
+
+def test_a_rank_that_failed_and_left_the_others_waiting_is_the_failure_named():
+    """A rank raises inside a ``with`` whose exit makes a barrier only when nothing was
+    raised (Megatron-LM's TempNamedDir): it skips that barrier, the others wait in a later
+    one. The verdict is the failure, with its traceback, and the waiting ranks' stacks."""
+    rec_ok = {"outcome": "passed"}
+    rec_bad = {"outcome": "failed", "longrepr": "E   AssertionError: assert 1 == 0"}
+    hang = {"state": "running", "elapsed": 30.0, "stack": "  File t.py, line 53, in barrier"}
+    v = verdict("t::a", {5: rec_bad, 7: rec_ok}, 8, hangs={r: hang for r in (0, 1, 2)})
+    assert (v.outcome, v.ranks, v.first_rank) == ("failed", (5,), 5)
+    lines = v.detail.splitlines()
+    assert lines[0].startswith("failed on ranks 5; ranks 0-2 were still inside the test 30.0s")
+    assert "E   AssertionError: assert 1 == 0" in lines and "--- rank 0 stack ---" in lines
+    hung = verdict("t::b", {7: rec_ok}, 8, hangs={0: hang})  # nobody failed: a hang
+    assert hung.outcome == "hung" and hung.detail.startswith("stuck on ranks 0")
