@@ -147,8 +147,9 @@ def missing_gpu_package(exc: BaseException | None) -> MissingGPUPackage | None:
     """The :class:`MissingGPUPackage` that ``exc`` stands for: ``exc`` (or the error it was
     raised ``from``) is an ``ImportError`` of a module in :data:`GPU_ONLY_PACKAGES`, by its
     ``name``, or by its message naming one (``ImportError("transformer_engine is needed")``),
-    or is an error out of the stand-in code binds in such a package's place (a ``None`` or a
-    ``MagicMock``; :mod:`simharness.package_stand_ins`). An error merely raised while
+    or is an error out of what code binds in such a package's place (nothing: a
+    ``NameError``; a ``None``, a ``MagicMock``, another package's class;
+    :mod:`simharness.package_stand_ins`). An error merely raised while
     handling one (``__context__``) is not.
 
     >>> try:
@@ -171,58 +172,12 @@ def missing_gpu_package(exc: BaseException | None) -> MissingGPUPackage | None:
             if found is not None:
                 return MissingGPUPackage(found, _import_site(exc), f"{type(exc).__name__}: "
                                                                  f"{text}")
-        if type(exc) is NameError:
-            found_name = _name_from_gpu_package(exc)
-            if found_name is not None:
-                return found_name
         from .package_stand_ins import stand_in_stop
 
         stand_in = stand_in_stop(exc, GPU_ONLY_PACKAGES)
         if stand_in is not None:
             return MissingGPUPackage(*stand_in)
         exc = exc.__cause__
-    return None
-
-
-def _name_from_gpu_package(exc: NameError) -> MissingGPUPackage | None:
-    """A ``NameError`` in a module that imports the name only from a GPU-only package that is
-    not installed (Megatron-Core's ``random.py`` imports ``FP8GlobalStateManager`` from
-    ``transformer_engine`` in a ``try`` and uses it on a branch taken without it): the
-    package is what is missing. Read from the module's source (its imports), never guessed
-    from the name."""
-    import ast
-    import importlib.util
-
-    name = getattr(exc, "name", None)
-    tb = exc.__traceback__
-    while tb is not None and tb.tb_next is not None:
-        tb = tb.tb_next
-    if not name or tb is None:
-        return None
-    path = tb.tb_frame.f_code.co_filename
-    try:
-        with open(path, encoding="utf-8") as fh:
-            tree = ast.parse(fh.read())
-    except (OSError, SyntaxError, ValueError):
-        return None
-    for node in ast.walk(tree):
-        if isinstance(node, ast.ImportFrom) and node.module and not node.level:
-            module, names = node.module, [a.asname or a.name for a in node.names]
-        elif isinstance(node, ast.Import):
-            hits = [a.name for a in node.names if (a.asname or a.name.split(".")[0]) == name]
-            module, names = (hits[0], [name]) if hits else ("", [])
-        else:
-            continue
-        root = module.split(".")[0]
-        if name in names and root in GPU_ONLY_PACKAGES:
-            try:
-                absent = importlib.util.find_spec(root) is None
-            except (ImportError, ValueError):
-                absent = True
-            if absent:
-                return MissingGPUPackage(root, f"{path}:{tb.tb_lineno}",
-                                         f"NameError: name {name!r} is not defined; it is "
-                                         f"imported from {module} (line {node.lineno})")
     return None
 
 

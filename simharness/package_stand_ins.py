@@ -49,12 +49,45 @@ def stand_in_stop(exc: BaseException, packages: frozenset[str]) -> Stop | None:
     collecting = gc.isenabled()
     gc.disable()  # no finalizer of the code's own runs inside this reading of its source
     try:
+        if type(exc) is NameError:
+            return _missing_name(exc, packages)
         if isinstance(exc, (TypeError, AttributeError)) and _NONE_ERROR.search(str(exc)):
             return _none_stand_in(exc, packages)
         return _mock_stand_in(exc, packages) or _class_stand_in(exc, packages)
     finally:
         if collecting:
             gc.enable()
+
+
+# -- nothing bound in a package's place ----------------------------------------------------
+
+
+def _missing_name(exc: NameError, packages: frozenset[str]) -> Stop | None:
+    """A ``NameError`` in a module that imports the name only from a GPU-only package that is
+    not installed (Megatron-Core's ``random.py`` imports ``FP8GlobalStateManager`` from
+    ``transformer_engine`` in a ``try`` and uses it on a branch taken without it)."""
+    name = getattr(exc, "name", None)
+    frame, lineno = _innermost(exc.__traceback__)
+    if not name or frame is None:
+        return None
+    path = frame.f_code.co_filename
+    tree = _parse(path)
+    if tree is None:
+        return None
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom) and node.module and not node.level:
+            module, names = node.module, [a.asname or a.name for a in node.names]
+        elif isinstance(node, ast.Import):
+            hits = [a.name for a in node.names if (a.asname or a.name.split(".")[0]) == name]
+            module, names = (hits[0], [name]) if hits else ("", [])
+        else:
+            continue
+        root = module.split(".")[0]
+        if name in names and root in packages and _absent([root]):
+            return (root, f"{path}:{lineno}",
+                    f"NameError: name {name!r} is not defined; it is imported from {module} "
+                    f"(line {node.lineno})")
+    return None
 
 
 # -- None bound in a package's place --------------------------------------------------------
@@ -186,17 +219,13 @@ def _mock_stand_in(exc: BaseException, packages: frozenset[str]) -> Stop | None:
     if isinstance(exc, AttributeError) and isinstance(getattr(exc, "obj", None),
                                                       mock.NonCallableMock):
         candidates.append(exc.obj)
-    tb = exc.__traceback__
-    while tb is not None:
-        me = tb.tb_frame.f_locals.get("self")
-        if tb.tb_frame.f_code.co_filename == mock.__file__ \
-                and isinstance(me, mock.NonCallableMock):
-            candidates.append(me)
-        tb = tb.tb_next
+    candidates += [frame.f_locals["self"] for frame, _ in _frames(exc.__traceback__)
+                   if frame.f_code.co_filename == mock.__file__
+                   and isinstance(frame.f_locals.get("self"), mock.NonCallableMock)]
     if not candidates:
         return None
     roots = {id(r): r for m in candidates for r in _mock_roots(m, mock)}
-    frame, lineno = _innermost_outside(exc.__traceback__, mock.__file__)
+    frame, lineno = _innermost(exc.__traceback__, outside=mock.__file__)
     where = f"{frame.f_code.co_filename}:{lineno}" if frame is not None else "<unknown>:0"
     for module in list(sys.modules.values()):
         found = _mock_binding(module, roots, packages)
@@ -234,7 +263,7 @@ def _mock_roots(m, mock, depth: int = 0) -> list:
 
 def _mock_binding(module: ModuleType | None, roots: dict[int, object],
                   packages: frozenset[str]) -> tuple[str, str, str, int] | None:
-    names = [n for n, v in list(getattr(module, "__dict__", {}).items()) if id(v) in roots]
+    names = _names_bound(module, lambda v: id(v) in roots)
     if not names:
         return None
     path = getattr(module, "__file__", None) or ""
@@ -285,11 +314,7 @@ def _class_stand_in(exc: BaseException, packages: frozenset[str]) -> Stop | None
     FusedAdam; ``LNImpl = WrappedTorchNorm`` without apex), raising from one of its own
     methods, called from code of the binding module's package (``megatron``): the stand-in
     refused what the package's class would take (``lr=None``, sequence parallelism)."""
-    frames = []
-    tb = exc.__traceback__
-    while tb is not None:
-        frames.append((tb.tb_frame, tb.tb_lineno))
-        tb = tb.tb_next
+    frames = _frames(exc.__traceback__)
     for frame, lineno in reversed(frames):
         local = frame.f_locals
         cls = local.get("cls") if isinstance(local.get("cls"), type) else \
@@ -300,9 +325,10 @@ def _class_stand_in(exc: BaseException, packages: frozenset[str]) -> Stop | None
         callers = {str(f.f_globals.get("__name__", "")).split(".")[0] for f, _ in frames
                    if f.f_globals.get("__name__") not in {k.__module__ for k in cls.__mro__}}
         for module in list(sys.modules.values()):
-            top = str(getattr(module, "__name__", "")).split(".")[0]
-            names = [n for n, v in list(getattr(module, "__dict__", {}).items()) if v is cls]
-            if not names or top not in callers:
+            if str(getattr(module, "__name__", "")).split(".")[0] not in callers:
+                continue
+            names = _names_bound(module, lambda v, c=cls: v is c)
+            if not names:
                 continue
             found = _class_source(getattr(module, "__file__", None) or "", names, packages)
             if found is not None:
@@ -346,6 +372,11 @@ def _class_source(path: str, names: list[str],
                     if name in bound:
                         return package, name, s.lineno
     return None
+
+
+def _names_bound(module: ModuleType | None, test) -> list[str]:
+    """The module's global names whose value passes ``test``."""
+    return [n for n, v in list(getattr(module, "__dict__", {}).items()) if test(v)]
 
 
 def _said(exc: BaseException) -> str:
@@ -422,18 +453,18 @@ def _absent(packages: list[str]) -> str | None:
     return None
 
 
-def _innermost(tb: TracebackType | None) -> tuple[FrameType | None, int]:
-    frame, line = None, 0
+def _frames(tb: TracebackType | None) -> list[tuple[FrameType, int]]:
+    """(frame, line) of each entry of a traceback, outermost first."""
+    out = []
     while tb is not None:
-        frame, line = tb.tb_frame, tb.tb_lineno
+        out.append((tb.tb_frame, tb.tb_lineno))
         tb = tb.tb_next
-    return frame, line
+    return out
 
 
-def _innermost_outside(tb: TracebackType | None, path: str) -> tuple[FrameType | None, int]:
-    frame, line = None, 0
-    while tb is not None:
-        if tb.tb_frame.f_code.co_filename != path:
-            frame, line = tb.tb_frame, tb.tb_lineno
-        tb = tb.tb_next
-    return frame, line
+def _innermost(tb: TracebackType | None, outside: str = "") -> tuple[FrameType | None, int]:
+    """The innermost (frame, line) of a traceback, of a file other than ``outside``."""
+    for frame, line in reversed(_frames(tb)):
+        if frame.f_code.co_filename != outside:
+            return frame, line
+    return None, 0
