@@ -104,11 +104,11 @@ def verdict(nodeid: str, records: Mapping[int, Mapping], world: int,
     if diverged:
         return _skip_diverged(nodeid, records, hangs, diverged, world, duration)
     stuck = sorted(r for r, h in hangs.items() if h.get("state") == "running")
+    failing = sorted(r for r, rec in records.items() if rec.get("outcome") in ("failed", "error"))
     if hangs:
         stuck = stuck or sorted(hangs)
-        left = sorted(r for r, rec in records.items() if rec.get("outcome") in ("failed", "error"))
-        if left:
-            return _failed_leaving_others(nodeid, records, hangs, left, stuck, duration,
+        if failing:
+            return _failed_leaving_others(nodeid, records, hangs, failing, stuck, duration,
                                           after_stop)
         waiting = sorted(set(range(world)) - set(stuck))
         parts = [f"stuck on ranks {_span(stuck)}"
@@ -116,14 +116,11 @@ def verdict(nodeid: str, records: Mapping[int, Mapping], world: int,
         for r in stuck:
             parts.append(f"--- rank {r} stack ---\n{hangs[r].get('stack', '').rstrip()}")
         return Verdict(nodeid, "hung", tuple(stuck), stuck[0], "\n".join(parts), duration)
-    failing = sorted(r for r, rec in records.items() if rec.get("outcome") in ("failed", "error"))
     if failing or lost:
         detail = ""
         if failing:
             r0 = failing[0]
-            detail = str(records[r0].get("longrepr") or "")
-            if records[r0].get("outcome") == "error":
-                detail = "error in setup or teardown\n" + detail
+            detail = _failure_text(records[r0])
         died = [r for r, why in lost.items() if not why.startswith(STOPPED)]
         if died or not failing:  # a rank that died in the test: the failures may follow it
             r0 = (died or list(lost))[0]
@@ -152,6 +149,13 @@ def _hints(detail: str, after_stop: tuple[str, Iterable[int]] | None) -> list[st
     return hints
 
 
+def _failure_text(record: Mapping) -> str:
+    """A failing rank's report, marked when it failed in setup or teardown."""
+    detail = str(record.get("longrepr") or "")
+    return ("error in setup or teardown\n" + detail if record.get("outcome") == "error"
+            else detail)
+
+
 def _failed_leaving_others(nodeid: str, records: Mapping[int, Mapping],
                            hangs: Mapping[int, Mapping], failing: list[int], stuck: list[int],
                            duration: float,
@@ -166,9 +170,7 @@ def _failed_leaving_others(nodeid: str, records: Mapping[int, Mapping],
     >>> v.outcome, v.ranks, v.detail.splitlines()[0][:40]
     ('failed', (5,), 'failed on ranks 5; ranks 0 were still in')
     """
-    detail = str(records[failing[0]].get("longrepr") or "")
-    if records[failing[0]].get("outcome") == "error":
-        detail = "error in setup or teardown\n" + detail
+    detail = _failure_text(records[failing[0]])
     elapsed = max(float(hangs[r].get("elapsed") or 0.0) for r in stuck)
     head = (f"failed on ranks {_span(failing)}; ranks {_span(stuck)} were still inside the "
             f"test {elapsed:.1f}s after it started, waiting for them (a collective or barrier "
