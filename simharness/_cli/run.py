@@ -187,8 +187,9 @@ def register(main: click.Group) -> None:
                    "stuck ranks' stacks and the rest of the file goes on.")
 @click.option("--diverge-grace", "grace", type=click.FloatRange(min=0.1), default=5.0,
               show_default=True,
-              help="Seconds ranks may stay in a test that another rank skipped before it "
-                   "is reported diverged (a skip that depends on the rank).")
+              help="Seconds ranks may stay in a test that another rank skipped or failed "
+                   "before they are stopped: a skip that depends on the rank is reported "
+                   "diverged, a failure that leaves them waiting is the verdict.")
 @click.option("--collect-timeout", "collect_timeout", type=click.FloatRange(min=0.1),
               default=300.0, show_default=True,
               help="Seconds a rank may take to collect the tests (imports included); "

@@ -405,6 +405,9 @@ class _Runner:
         # a rank that skipped (NeedsGPU) and was stopped in the teardown that followed
         for r, row in _tests_by_rank(recs, "skip").get(stuck_on, {}).items():
             tests.setdefault(r, {**row, "outcome": "skipped"})
+        # a rank that failed and was stopped before its test record (its teardown waited)
+        for r, row in _tests_by_rank(recs, "fail").get(stuck_on, {}).items():
+            tests.setdefault(r, dict(row))
         if not hangs and len(tests) < world and all(x.exitcode == 0 for x in result.ranks):
             raise RunError(f"every rank ended but {stuck_on} has no report from ranks "
                            f"{sorted(set(range(world)) - set(tests))}")

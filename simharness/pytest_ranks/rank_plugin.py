@@ -121,7 +121,8 @@ class Watchdog(threading.Thread):
         faulthandler.cancel_dump_traceback_later()
 
     def run(self) -> None:
-        skip_seen: dict[int, float] = {}  # test index -> when a peer's skip was first seen
+        # (test index, "skip" or "fail") -> when a peer's skip or failure was first seen
+        seen: dict[tuple[int, str], float] = {}
         while True:
             with self.cond:
                 if self.deadline is None:
@@ -133,12 +134,15 @@ class Watchdog(threading.Thread):
                 info = dict(self.info)
                 fire = self.deadline is not None and time.monotonic() >= self.deadline
                 check = self.deadline is not None and not fire
-            if check and self._diverged(info, skip_seen):  # the store, without the lock
+            behind = self._left_behind(info, seen) if check else None  # the store, unlocked
+            if behind is not None:
                 with self.cond:  # still the same test, still running in it?
                     fire = (self.deadline is not None and self.info.get("i") == info.get("i")
                             and self.info.get("state") == "running")
-                    if fire:
+                    if fire and behind == "skip":
                         self.info["state"] = "diverged"
+                    elif fire:  # a peer failed: this rank is what the failure left waiting
+                        self.info["peer_failed"] = True
                     info = dict(self.info)
             if not fire:
                 continue
@@ -152,17 +156,24 @@ class Watchdog(threading.Thread):
             finally:
                 os._exit(HANG_EXIT)
 
-    def _diverged(self, info: dict[str, Any], skip_seen: dict[int, float]) -> bool:
-        """True when this rank has been running, for the grace period, a test that a peer
-        skipped (the peer has gone on; a collective here waits for it in vain)."""
+    def _left_behind(self, info: dict[str, Any],
+                     seen: dict[tuple[int, str], float]) -> str | None:
+        """``"skip"`` when this rank has been running, for the grace period, a test that a
+        peer skipped (the peer has gone on; a collective here waits for it in vain);
+        ``"fail"`` when a peer failed in it that long ago (the peer raised past the
+        collectives this rank waits in); None otherwise."""
         i = info.get("i", -1)
         if info.get("state") != "running" or i < 0 or self.session.world == 1:
-            return False
-        if i not in skip_seen:
-            if not self.session.peer_skipped(i):
-                return False
-            skip_seen[i] = time.monotonic()
-        return time.monotonic() - skip_seen[i] >= self.session.grace
+            return None
+        now = time.monotonic()
+        for kind in ("skip", "fail"):
+            if (i, kind) not in seen:
+                if not self.session.peer_told(kind, i):
+                    continue
+                seen[(i, kind)] = now
+            if now - seen[(i, kind)] >= self.session.grace:
+                return kind
+        return None
 
 
 class RankSession:
@@ -187,6 +198,9 @@ class RankSession:
         self.reports: dict[str, list[pytest.TestReport]] = {}
         self.skip_told: set[int] = set()  # the tests whose skip is already on the store
         self.found: dict[int, str] = {}  # test index -> the rank-dependent new_group found
+        # test id -> when (wall clock, shared by the ranks of a node) its first phase failed
+        # here: the verdict names the rank that failed first, not the lowest
+        self.failed_at: dict[str, float] = {}
         self.collect_errors = 0
         self.lock = threading.Lock()  # the watchdog thread writes too
         self.watchdog = Watchdog(self)
@@ -214,12 +228,13 @@ class RankSession:
             self.store = self._connect()
         return self.store
 
-    def peer_skipped(self, i: int) -> bool:
-        """Whether a rank recorded a skip of test ``i`` (the watchdog thread's question)."""
+    def peer_told(self, kind: str, i: int) -> bool:
+        """Whether a rank recorded a ``kind`` (``skip`` or ``fail``) of test ``i`` (the
+        watchdog thread's question)."""
         try:
             if self.watch_store is None:
                 self.watch_store = self._connect()
-            return int(self.watch_store.add(f"skip/{i}", 0)) > 0
+            return int(self.watch_store.add(f"{kind}/{i}", 0)) > 0
         except Exception:  # noqa: BLE001  (a store gone at shutdown: no divergence seen)
             return False
 
@@ -358,9 +373,25 @@ class RankSession:
             path, line = item.location[0], (item.location[1] or 0) + 1
             rep.longrepr = (str(path), line, f"{NEEDS_GPU_PREFIX}{stop}")
             return
+        if rep.failed and item.nodeid not in self.failed_at:
+            self._tell_failed(item.nodeid, rep)
         found = group_mismatch_in(call.excinfo.value) if call.excinfo is not None else None
         if found is not None and not self.diverged:
             self._tell_left(item.nodeid, str(found))
+
+    def _tell_failed(self, nodeid: str, rep: pytest.TestReport) -> None:
+        """A phase of the test failed here: recorded now (the teardown may wait for ranks
+        still inside the test, and they for this one) and counted on the store, so that a
+        peer still inside the test after the grace is stopped as the failure's knock-on, not
+        left to the timeout."""
+        self.failed_at[nodeid] = time.time()
+        i = self.index.get(nodeid, -1)
+        self.write(kind="fail", i=i, nodeid=nodeid, when=rep.when,
+                   outcome="failed" if rep.when == "call" else "error",
+                   longrepr=str(rep.longrepr), failed_at=round(self.failed_at[nodeid], 4))
+        self.watchdog.update(state="failed")
+        if self.world > 1 and not self.diverged:
+            self._store().add(f"fail/{i}", 1)
 
     def _tell_left(self, nodeid: str, found: str) -> None:
         """A rank-dependent ``new_group`` found here: this rank leaves the test now; like a
@@ -422,10 +453,13 @@ class RankSession:
             outcome, reason, longrepr = "skipped", stop + then, ""
         i = self.index.get(item.nodeid, -1)
         found = self.found.pop(i, None) if outcome in ("failed", "error") else None
+        failed_at = self.failed_at.pop(item.nodeid, None)
         self.write(kind="test", i=i, nodeid=item.nodeid,
                    outcome=outcome, longrepr=longrepr, reason=reason,
                    needs_gpu=stop is not None, duration=round(duration, 4),
-                   **({"group_mismatch": found} if found else {}))
+                   **({"group_mismatch": found} if found else {}),
+                   **({"failed_at": round(failed_at, 4)}
+                      if failed_at is not None and outcome in ("failed", "error") else {}))
         self.last = item.nodeid
         if outcome == "skipped" and self.world > 1 and i not in self.skip_told:
             self.skip_told.add(i)

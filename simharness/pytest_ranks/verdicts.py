@@ -17,8 +17,10 @@ before the teardown), ``collected``, ``collect_error``, ``end``.
 - **failed** with the finding first when a rank found a rank-dependent ``new_group``
   (``group_mismatch``: :class:`simharness.errors.GroupMismatch`), naming the ranks it left
   waiting inside the test, which the grace stopped;
-- **failed** when any rank failed or errored (the first failing rank and its traceback; a
-  rank that died in the test on its own comes first, see ``lost``), with a hint when the
+- **failed** when any rank failed or errored (the first rank to fail, by the wall-clock
+  time its record gives, and its traceback, then the other ranks' errors in one line each:
+  a failure on one rank often makes the others fail differently; a rank that died in the
+  test on its own comes first, see ``lost``), with a hint when the
   same ranks stopped on ``NeedsGPU`` in an earlier test (``after_stop``): that test's own
   clean-up did not run;
 - **skipped** when every rank skipped, or some skipped and the rest passed (ranks named);
@@ -104,9 +106,9 @@ def verdict(nodeid: str, records: Mapping[int, Mapping], world: int,
     if diverged:
         return _skip_diverged(nodeid, records, hangs, diverged, world, duration)
     stuck = sorted(r for r, h in hangs.items() if h.get("state") == "running")
-    failing = sorted(r for r, rec in records.items() if rec.get("outcome") in ("failed", "error"))
+    failing = in_failure_order(records)
     if hangs:
-        stuck = stuck or sorted(hangs)
+        stuck = sorted(set(stuck) | {r for r in hangs if r in failing}) or sorted(hangs)
         if failing:
             return _failed_leaving_others(nodeid, records, hangs, failing, stuck, duration,
                                           after_stop)
@@ -120,7 +122,7 @@ def verdict(nodeid: str, records: Mapping[int, Mapping], world: int,
         detail = ""
         if failing:
             r0 = failing[0]
-            detail = _failure_text(records[r0])
+            detail = "\n".join([*_others_failed(records, failing), _failure_text(records[r0])])
         died = [r for r, why in lost.items() if not why.startswith(STOPPED)]
         if died or not failing:  # a rank that died in the test: the failures may follow it
             r0 = (died or list(lost))[0]
@@ -149,6 +151,51 @@ def _hints(detail: str, after_stop: tuple[str, Iterable[int]] | None) -> list[st
     return hints
 
 
+def in_failure_order(records: Mapping[int, Mapping]) -> list[int]:
+    """The ranks whose record failed or errored, the first to fail first: by the wall-clock
+    time the record gives (``failed_at``; ranks of one node share the clock), then by rank.
+
+    >>> in_failure_order({0: {"outcome": "failed", "failed_at": 5.0}, 1: {"outcome": "passed"},
+    ...                   3: {"outcome": "failed", "failed_at": 4.9}, 2: {"outcome": "error"}})
+    [3, 0, 2]
+    """
+    failing = [r for r, rec in records.items() if rec.get("outcome") in ("failed", "error")]
+    return sorted(failing, key=lambda r: (float(records[r].get("failed_at") or "inf"), r))
+
+
+def _others_failed(records: Mapping[int, Mapping], failing: list[int]) -> list[str]:
+    """One line for the failing ranks after the first, grouped by the last line of their
+    report (pytest's ``path:line: Error``), and how long after the first they failed: a
+    rank's failure (a file it removed, a barrier it skipped) often makes the others fail
+    differently, and the first one's traceback follows.
+
+    >>> _others_failed({
+    ...     3: {"failed_at": 1.0, "longrepr": "E  assert 6 == 8\\nt.py:9: AssertionError"},
+    ...     0: {"failed_at": 1.2, "longrepr": "t.py:20: FileNotFoundError"},
+    ...     1: {"failed_at": 1.1, "longrepr": "t.py:20: FileNotFoundError"}}, [3, 1, 0])
+    ['rank 3 failed first (t.py:9: AssertionError), its report below; then ranks 0-1 \
+(t.py:20: FileNotFoundError) up to 0.20s after it']
+    """
+    if len(failing) < 2:
+        return []
+    first = records[failing[0]]
+    by_end: dict[str, list[int]] = {}
+    for r in failing[1:]:
+        by_end.setdefault(_last_line(records[r]), []).append(r)
+    then = "; ".join(f"ranks {_span(sorted(rs))} ({end})" for end, rs in by_end.items())
+    times = [float(records[r].get("failed_at") or "nan") for r in failing]
+    after = max(times[1:]) - times[0]
+    lag = f" up to {after:.2f}s after it" if after == after else ""  # nan: no times
+    return [f"rank {failing[0]} failed first ({_last_line(first)}), its report below; "
+            f"then {then}{lag}"]
+
+
+def _last_line(record: Mapping) -> str:
+    """A report's last non-empty line (pytest ends it with ``path:line: ErrorType``)."""
+    lines = [ln.strip() for ln in str(record.get("longrepr") or "").splitlines() if ln.strip()]
+    return lines[-1][:160] if lines else "no report"
+
+
 def _failure_text(record: Mapping) -> str:
     """A failing rank's report, marked when it failed in setup or teardown."""
     detail = str(record.get("longrepr") or "")
@@ -170,13 +217,20 @@ def _failed_leaving_others(nodeid: str, records: Mapping[int, Mapping],
     >>> v.outcome, v.ranks, v.detail.splitlines()[0][:40]
     ('failed', (5,), 'failed on ranks 5; ranks 0 were still in')
     """
-    detail = _failure_text(records[failing[0]])
-    elapsed = max(float(hangs[r].get("elapsed") or 0.0) for r in stuck)
-    head = (f"failed on ranks {_span(failing)}; ranks {_span(stuck)} were still inside the "
-            f"test {elapsed:.1f}s after it started, waiting for them (a collective or barrier "
-            f"the failing ranks did not reach once they raised), and were stopped")
+    detail = "\n".join([*_others_failed(records, failing), _failure_text(records[failing[0]])])
+    waiting = [r for r in stuck if r not in failing]
+    torn = [r for r in stuck if r in failing]
+    head = f"failed on ranks {_span(sorted(failing))}"
+    if waiting:
+        elapsed = max(float(hangs[r].get("elapsed") or 0.0) for r in waiting)
+        head += (f"; ranks {_span(waiting)} were still inside the test {elapsed:.1f}s after it "
+                 f"started, waiting for them (a collective or barrier the failing ranks did "
+                 f"not reach once they raised), and were stopped")
+    if torn:
+        head += (f"; ranks {_span(torn)}, after failing, were stuck in its clean-up (a fixture "
+                 f"or teardown waiting for the others) and were stopped")
     stacks = [f"--- rank {r} stack ---\n{hangs[r].get('stack', '').rstrip()}" for r in stuck]
-    return Verdict(nodeid, "failed", tuple(failing), failing[0],
+    return Verdict(nodeid, "failed", tuple(sorted(failing)), failing[0],
                    "\n".join([head, *_hints(detail, after_stop), detail, *stacks]).strip(),
                    duration)
 

@@ -146,12 +146,18 @@ def _report_through_the_rank_hook(exc: BaseException):
     from simharness.runtests.plugin import RankSession
 
     call = SimpleNamespace(excinfo=pytest.ExceptionInfo.from_exception(exc), when="call")
-    item = SimpleNamespace(location=("t.py", 4, "test_x"))
-    rep = SimpleNamespace(outcome="failed", longrepr="traceback")
-    gen = RankSession.pytest_runtest_makereport(object.__new__(RankSession), item, call)
+    item = SimpleNamespace(location=("t.py", 4, "test_x"), nodeid="t.py::test_x")
+    rep = SimpleNamespace(outcome="failed", failed=True, when="call", longrepr="traceback")
+    rank = object.__new__(RankSession)
+    rank.failed_at, rank.index, rank.world, rank.diverged = {}, {"t.py::test_x": 0}, 1, False
+    rank.written = []
+    rank.write = lambda **record: rank.written.append(record)
+    rank.watchdog = SimpleNamespace(update=lambda **info: None)
+    gen = RankSession.pytest_runtest_makereport(rank, item, call)
     next(gen)
     with pytest.raises(StopIteration):
         gen.send(SimpleNamespace(get_result=lambda: rep))
+    rep.written = rank.written
     return rep
 
 
@@ -180,8 +186,13 @@ def test_a_gpu_stop_that_torch_compile_wrapped_is_still_needs_gpu():
     assert rep.longrepr[2].startswith("needs GPU: needs a real GPU: torch.cuda.Stream at "
                                       "model.py:7 ")
     assert rep.longrepr[2].endswith("(raised under RuntimeError)")
+    assert rep.written == []  # a stop is no failure: nothing told
     plain = _report_through_the_rank_hook(_raised(lambda: 1 / 0))
     assert (plain.outcome, plain.longrepr) == ("failed", "traceback")
+    # the failure is recorded when reported, before the teardown, with its time
+    [told] = plain.written
+    assert (told["kind"], told["outcome"], told["longrepr"]) == ("fail", "failed", "traceback")
+    assert told["failed_at"] > 0
     def direct_stop():
         raise NeedsGPU("torch.cuda.Event", "m.py:1")
 

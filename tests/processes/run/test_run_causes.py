@@ -3,7 +3,7 @@ followed by a waiting teardown, a knock-on failure after a stop, a collection er
 rank, the first rank to fail, a JUnit file when nothing was judged, no round for nothing.
 
 Fixtures: tests/fixtures/run/stop_cases.py, import_error_on_rank_1.py,
-fails_first_on_rank_1.py, rank_dependent_groups.py.
+fails_first_on_rank_1.py, rank_dependent_groups.py, knock_on_failure.py.
 """
 
 from __future__ import annotations
@@ -19,6 +19,7 @@ from support.paths import ROOT
 STOPS = "tests/fixtures/run/stop_cases.py"
 IMPORT_ERROR = "tests/fixtures/run/import_error_on_rank_1.py"
 RANK_DEPENDENT = "tests/fixtures/run/rank_dependent_groups.py"
+KNOCK_ON = "tests/fixtures/run/knock_on_failure.py"
 TIMEOUT = 240
 
 
@@ -146,3 +147,29 @@ def test_a_rank_dependent_new_group_is_named_within_the_grace_not_hung():
     else:
         assert failing == "0-3", text
     assert "1 passed, 1 failed, 0 skipped, 0 hung" in text, text
+
+
+def test_the_first_rank_to_fail_in_a_test_is_named_and_the_others_errors_after_it():
+    """knock_on_failure.py on 4 ranks: rank 2 fails its assertion and removes the folder the
+    others then read (FileNotFoundError, 0.5 s later). The verdict was once "first failing
+    rank 0" with rank 0's FileNotFoundError, the cause nowhere. Then a failure that leaves
+    the others in a barrier: once reported at the timeout."""
+    out = simharness("run", "-n", "4", "--timeout", "90", "--diverge-grace", "2", "--",
+                     "pytest", "-q", "-p", "no:randomly", KNOCK_ON)
+    text = out.stdout
+    assert out.returncode == 1, text + out.stderr
+    assert re.search(r"^FAILED\s+[\d.]+s\s+\S+::test_one_rank_removes_what_the_others_read  "
+                     r"\(first failing rank 2; failing ranks 0-3\)$", text, re.M), text
+    line = text.split("(first failing rank 2; failing ranks 0-3)", 1)[1].splitlines()[1]
+    assert re.fullmatch(r"rank 2 failed first \(\S+knock_on_failure\.py:\d+: AssertionError\), "
+                        r"its report below; then ranks 0-1,3 \(\S+knock_on_failure\.py:\d+: "
+                        r"FileNotFoundError\) up to [\d.]+s after it", line.strip()), line
+    assert "AssertionError: too few files" in text, text
+    # the second test: rank 1 raised before a barrier; the others were stopped after the
+    # grace (2 s), far inside the 90 s timeout, and the verdict is rank 1's failure
+    got = re.search(r"^FAILED\s+([\d.]+)s\s+\S+::test_one_rank_fails_before_a_barrier_the_"
+                    r"others_wait_in  \(first failing rank 1; failing ranks 1\)$", text, re.M)
+    assert got and float(got.group(1)) < 30, text
+    assert re.search(r"failed on ranks 1; ranks 0,2-3 were still inside the test [\d.]+s after "
+                     r"it started, waiting for them", text), text
+    assert "RuntimeError: rank 1 gives up before the barrier" in text, text

@@ -134,6 +134,7 @@ def _recorded(*reports, found=()):
     written: list[dict] = []
     rank.reports = {"t::x": list(reports)}
     rank.index, rank.world, rank.skip_told, rank.found = {"t::x": 0}, 1, set(), dict(found)
+    rank.failed_at = {}
     rank.write = lambda **rec: written.append(rec)
     rank._record(SimpleNamespace(nodeid="t::x"), 0.5)
     return written[0]
@@ -235,3 +236,38 @@ def test_a_rank_that_failed_and_left_the_others_waiting_is_the_failure_named():
     assert "E   AssertionError: assert 1 == 0" in lines and "--- rank 0 stack ---" in lines
     hung = verdict("t::b", {7: rec_ok}, 8, hangs={0: hang})  # nobody failed: a hang
     assert hung.outcome == "hung" and hung.detail.startswith("stuck on ranks 0")
+
+
+def test_the_rank_that_failed_first_leads_and_the_others_errors_follow_in_one_line():
+    """Rank 5 asserts first; rank 0, 0.3 s later, cannot find the file rank 5's clean-up
+    removed (test_remove_sharded_tensors on busy CPUs). The lowest rank was named before."""
+    recs = {0: {"outcome": "failed", "failed_at": 100.3, "longrepr": "t.py:83: FileNotFoundError"},
+            5: {"outcome": "failed", "failed_at": 100.0,
+                "longrepr": "E   assert 6 == 8\nt.py:69: AssertionError"},
+            6: {"outcome": "passed"}}
+    v = verdict("t::a", recs, 8)
+    assert (v.outcome, v.first_rank, v.ranks) == ("failed", 5, (0, 5))
+    assert v.detail.splitlines() == [
+        "rank 5 failed first (t.py:69: AssertionError), its report below; then ranks 0 "
+        "(t.py:83: FileNotFoundError) up to 0.30s after it", "E   assert 6 == 8",
+        "t.py:69: AssertionError"]
+    # records without times (an older rank plugin): the lowest rank, as before
+    plain = {r: {k: x for k, x in rec.items() if k != "failed_at"} for r, rec in recs.items()}
+    assert verdict("t::a", plain, 8).first_rank == 0
+
+
+def test_a_failed_rank_stuck_in_its_clean_up_is_still_the_failure():
+    """Rank 1 failed and then waited in teardown for the others, which waited in the test:
+    its ``fail`` record (written when the failure was reported) stands for its test record,
+    and it is named as stuck in its clean-up, not as one of the waiting ranks."""
+    fail = {"kind": "fail", "outcome": "failed", "failed_at": 1.0, "longrepr": "E boom"}
+    hangs = {0: {"state": "running", "elapsed": 6.0, "stack": "barrier", "peer_failed": True},
+             1: {"state": "failed", "elapsed": 60.0, "stack": "teardown barrier"}}
+    v = verdict("t::a", {1: fail}, 2, hangs=hangs)
+    assert (v.outcome, v.first_rank, v.ranks) == ("failed", 1, (1,))
+    assert v.detail.splitlines()[0] == (
+        "failed on ranks 1; ranks 0 were still inside the test 6.0s after it started, waiting "
+        "for them (a collective or barrier the failing ranks did not reach once they raised), "
+        "and were stopped; ranks 1, after failing, were stuck in its clean-up (a fixture or "
+        "teardown waiting for the others) and were stopped")
+    assert "--- rank 1 stack ---" in v.detail.splitlines()
