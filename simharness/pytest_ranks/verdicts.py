@@ -167,7 +167,7 @@ def _others_failed(records: Mapping[int, Mapping], failing: list[int]) -> list[s
     """One line for the failing ranks after the first, grouped by the last line of their
     report (pytest's ``path:line: Error``), and how long after the first they failed: a
     rank's failure (a file it removed, a barrier it skipped) often makes the others fail
-    differently, and the first one's traceback follows.
+    differently, and the first one's traceback follows. None when they all failed alike.
 
     >>> _others_failed({
     ...     3: {"failed_at": 1.0, "longrepr": "E  assert 6 == 8\\nt.py:9: AssertionError"},
@@ -175,13 +175,15 @@ def _others_failed(records: Mapping[int, Mapping], failing: list[int]) -> list[s
     ...     1: {"failed_at": 1.1, "longrepr": "t.py:20: FileNotFoundError"}}, [3, 1, 0])
     ['rank 3 failed first (t.py:9: AssertionError), its report below; then ranks 0-1 \
 (t.py:20: FileNotFoundError) up to 0.20s after it']
+    >>> _others_failed({1: {"longrepr": "t.py:9: E"}, 0: {"longrepr": "t.py:9: E"}}, [1, 0])
+    []
     """
-    if len(failing) < 2:
-        return []
     first = records[failing[0]]
     by_end: dict[str, list[int]] = {}
     for r in failing[1:]:
         by_end.setdefault(_last_line(records[r]), []).append(r)
+    if set(by_end) <= {_last_line(first)}:  # one failing rank, or every rank failed alike
+        return []
     then = "; ".join(f"ranks {_span(sorted(rs))} ({end})" for end, rs in by_end.items())
     times = [float(records[r].get("failed_at") or "nan") for r in failing]
     after = max(times[1:]) - times[0]

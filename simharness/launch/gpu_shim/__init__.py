@@ -30,6 +30,8 @@ One module per torch surface:
   connected on first use (a rank-dependent ``new_group`` named there), gloo's all-gather
   into a flat output;
 - :mod:`.nccl`: NCCL's own settings, listed as ignored;
+- :mod:`.spawned`: processes the rank starts with ``multiprocessing``'s ``spawn`` get the
+  shim too;
 - :mod:`.lifecycle`: :func:`install`, :class:`Shim` (its undo), :func:`active`;
 - :mod:`.common`: what they share (:func:`user_site`, :func:`map_backend`, the
   patch-and-undo helpers).

@@ -24,6 +24,7 @@ from .identity import DEFAULT_GPU, ENV_GPU, GPUS, GpuSpec, gpu_spec
 from .nccl import _home_dir, nccl_settings
 from .parallel import _patch_ddp, _patch_fsdp
 from .rng import RNG_CALLS, _patch_rng
+from .spawned import _patch_spawn
 from .streams import NVTX_CALLS, STREAM_CALLS, _patch_streams
 from .tensors import _enter_tensor_mode
 
@@ -134,6 +135,7 @@ def install(local_rank: int, local_world_size: int, *, lazy_gloo: bool = False,
             _patch_ddp(shim)
             if compute_stops:
                 _patch_fsdp(shim)
+            _patch_spawn(shim, compute_stops)
             _enter_tensor_mode(shim, compute_stops)
             shim.ignored.extend(nccl_settings(os.environ, _home_dir()))
         except BaseException:

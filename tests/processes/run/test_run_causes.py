@@ -3,7 +3,7 @@ followed by a waiting teardown, a knock-on failure after a stop, a collection er
 rank, the first rank to fail, a JUnit file when nothing was judged, no round for nothing.
 
 Fixtures: tests/fixtures/run/stop_cases.py, import_error_on_rank_1.py,
-fails_first_on_rank_1.py, rank_dependent_groups.py, knock_on_failure.py.
+fails_first_on_rank_1.py, rank_dependent_groups.py, knock_on_failure.py, spawned_child.py.
 """
 
 from __future__ import annotations
@@ -173,3 +173,15 @@ def test_the_first_rank_to_fail_in_a_test_is_named_and_the_others_errors_after_i
     assert re.search(r"failed on ranks 1; ranks 0,2-3 were still inside the test [\d.]+s after "
                      r"it started, waiting for them", text), text
     assert "RuntimeError: rank 1 gives up before the barrier" in text, text
+
+
+def test_a_process_the_rank_spawns_sees_the_ranks_gpu():
+    """spawned_child.py: each rank starts a child with multiprocessing's spawn, which calls
+    torch.cuda.set_device(local_rank % device_count()) and sums a CUDA tensor. The child
+    once had a CPU torch with no GPU (ZeroDivisionError), and a rank that waited on it, as
+    Megatron-Core's persistent checkpoint worker makes its rank wait, hung."""
+    out = simharness("run", "-n", "2", "--", "python", "tests/fixtures/run/spawned_child.py")
+    assert out.returncode == 0, out.stdout + out.stderr
+    for rank in (0, 1):
+        assert (f"[rank{rank}]:rank {rank}: child exit 0, saw (2, {rank}, 'NVIDIA H100 80GB "
+                f"HBM3', 3.0)") in out.stdout + out.stderr, out.stdout + out.stderr
