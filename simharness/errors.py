@@ -149,7 +149,9 @@ def missing_gpu_package(exc: BaseException | None) -> MissingGPUPackage | None:
     ``name``, or by its message naming one (``ImportError("transformer_engine is needed")``),
     or is an error out of what code binds in such a package's place (nothing: a
     ``NameError``; a ``None``, a ``MagicMock``, another package's class;
-    :mod:`simharness.package_stand_ins`). An error merely raised while
+    :mod:`simharness.package_stand_ins`), or an error whose message asks to install such a
+    package, which is absent (:func:`_asked_for`: Megatron-Core's "apply_rope_fusion is
+    not available. Please install TE >= 1.4."). An error merely raised while
     handling one (``__context__``) is not.
 
     >>> try:
@@ -172,6 +174,9 @@ def missing_gpu_package(exc: BaseException | None) -> MissingGPUPackage | None:
             if found is not None:
                 return MissingGPUPackage(found, _import_site(exc), f"{type(exc).__name__}: "
                                                                  f"{text}")
+        asked = _asked_for(str(exc)) if not isinstance(exc, ImportError) else None
+        if asked is not None:  # "apply_rope_fusion is not available. Please install TE"
+            return MissingGPUPackage(asked, _import_site(exc), f"{type(exc).__name__}: {exc}")
         from .package_stand_ins import stand_in_stop
 
         stand_in = stand_in_stop(exc, GPU_ONLY_PACKAGES)
@@ -179,6 +184,71 @@ def missing_gpu_package(exc: BaseException | None) -> MissingGPUPackage | None:
             return MissingGPUPackage(*stand_in)
         exc = exc.__cause__
     return None
+
+
+#: The words a message may name a package by when it asks to install it: the module and
+#: project names, and "TE", Megatron-Core's own word for Transformer Engine.
+_ASKED_WORDS = (*_PACKAGE_WORDS, ("TE", "transformer_engine"))
+
+
+def _asked_for(text: str) -> str | None:
+    """The GPU-only package a message asks to install ("install" and the package's name in
+    it), when that package cannot be imported here; None otherwise.
+
+    >>> _asked_for("apply_rope_fusion is not available. Please install TE >= 1.4.")
+    'transformer_engine'
+    >>> _asked_for("TE is slow here"), _asked_for("please install numpy")
+    (None, None)
+    """
+    if not re.search(r"\binstall", text, re.I):
+        return None
+    for word, package in _ASKED_WORDS:
+        if re.search(rf"\b{re.escape(word)}\b", text) and _absent(package):
+            return package
+    return None
+
+
+def _absent(package: str) -> bool:
+    """Whether ``package`` cannot be imported in this interpreter."""
+    import importlib.util
+
+    try:
+        return importlib.util.find_spec(package) is None
+    except (ImportError, ValueError):
+        return True
+
+
+#: The last error line of pytest's report of a module that failed to import, and the
+#: frame above it ("path.py:14: in <module>").
+_REPORT_ERROR = re.compile(r"^E\s+((?:ModuleNotFoundError|ImportError): .*)$", re.M)
+_REPORT_FRAME = re.compile(r"^(\S+?\.py):(\d+): in ", re.M)
+
+
+def missing_gpu_package_in_report(text: str) -> MissingGPUPackage | None:
+    r"""The :class:`MissingGPUPackage` a failed collection stands for, from pytest's text of
+    it (the exception itself is gone by then): its last ``E`` line is an ``ImportError`` of
+    a module in :data:`GPU_ONLY_PACKAGES` ("No module named 'transformer_engine'"), or one
+    naming such a package that is absent; the site is the frame above it.
+
+    >>> m = missing_gpu_package_in_report("t.py:14: in <module>\n    import transformer_engine"
+    ...     "\nE   ModuleNotFoundError: No module named 'transformer_engine'")
+    >>> m.package, m.where
+    ('transformer_engine', 't.py:14')
+    >>> missing_gpu_package_in_report("E   ModuleNotFoundError: No module named 'numpyx'")
+    """
+    errors = _REPORT_ERROR.findall(text)
+    if not errors:
+        return None
+    line = errors[-1]
+    named = re.search(r"No module named '([\w.]+)'", line)
+    exc = ImportError(line.split(": ", 1)[1], name=named.group(1) if named else None)
+    found = missing_gpu_package(exc)
+    if found is None:
+        return None
+    head = text[:text.rfind(line)]
+    frames = _REPORT_FRAME.findall(head)
+    where = f"{frames[-1][0]}:{frames[-1][1]}" if frames else "<unknown>:0"
+    return MissingGPUPackage(found.package, where, line)
 
 
 def _import_site(exc: BaseException) -> str:

@@ -33,7 +33,16 @@ from .rank_plugin import (
     GRACE_S,
     HANG_EXIT,
 )
-from .verdicts import STOPPED, Verdict, _span, exit_code, not_started, read_records, verdict
+from .verdicts import (
+    NEEDS_GPU_PREFIX,
+    STOPPED,
+    Verdict,
+    _span,
+    exit_code,
+    not_started,
+    read_records,
+    verdict,
+)
 
 #: Extra MiB per rank over this process's own RSS (torch imported): pytest, the test
 #: modules, gloo's buffers and threads. Measured peaks are printed after each run.
@@ -380,8 +389,9 @@ class _Runner:
         order = _order(recs)
         skipped = [row for row in recs.get(0, []) if row.get("kind") == "collect_skip"]
         for row in skipped:  # a whole module skipped at import: a skip, as pytest counts it
+            reason = str(row.get("reason", ""))
             self.emit(Verdict(str(row.get("nodeid")), "skipped", tuple(range(world)), 0,
-                              str(row.get("reason", "")), 0.0))
+                              reason, 0.0, reason.startswith(NEEDS_GPU_PREFIX)))
         if rnd.number == 0 and order == [] and skipped:
             return True
         if rnd.number == 0 and order == []:

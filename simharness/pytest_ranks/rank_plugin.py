@@ -56,7 +56,7 @@ from typing import Any
 import pytest
 
 from .. import envvars
-from ..errors import group_mismatch_in, needs_gpu_message
+from ..errors import group_mismatch_in, missing_gpu_package_in_report, needs_gpu_message
 from ..launch.children import become_subreaper, end_descendants
 from ..launch.toolbox import thread_stack
 from ..resources import proc_kib
@@ -304,6 +304,21 @@ class RankSession:
                     f"skip conditions that depend on the rank or on hash order)")
         self.watchdog.disarm()
         gc.freeze()  # what import and collection made: each test's collection skips it
+
+    @pytest.hookimpl(hookwrapper=True)
+    def pytest_make_collect_report(self, collector: pytest.Collector):
+        """A test module that cannot be imported without a GPU-only package (its own
+        ``import transformer_engine``, or one of the modules it imports) is skipped as
+        needing a GPU, as ``pytest.importorskip`` would skip it, not a collection error
+        that stops the whole run."""
+        outcome = yield
+        rep = outcome.get_result()
+        if not rep.failed or not isinstance(collector, pytest.Module):
+            return
+        stop = missing_gpu_package_in_report(str(rep.longrepr))
+        if stop is not None:
+            rep.outcome = "skipped"
+            rep.longrepr = (str(collector.path), 0, f"{NEEDS_GPU_PREFIX}{stop}")
 
     def pytest_collectreport(self, report: pytest.CollectReport) -> None:
         if report.failed:

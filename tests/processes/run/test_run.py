@@ -454,3 +454,24 @@ def test_megatron_lm_parallel_state_unedited_on_eight_ranks():
     assert text.count("the data parallel size of the attention and moe layers must be the "
                       "same") >= 3, text
     assert text.count("failing ranks 0-7") == 3, text
+
+
+def test_a_module_or_a_test_that_needs_a_missing_gpu_package_is_a_needs_gpu_skip():
+    """needs_te_module.py imports transformer_engine at its top (once a collection error
+    that stopped the whole run, exit 2); asks_for_package.py raises Megatron-Core's
+    "Please install TE >= 1.4." (once a plain failure). Both are needs-GPU skips naming the
+    package and the line; the passing test beside them still runs."""
+    out = simharness("run", "-n", "2", "--", "pytest", "-p", "no:randomly",
+                     "tests/fixtures/run/needs_te_module.py",
+                     "tests/fixtures/run/asks_for_package.py")
+    text = out.stdout + out.stderr
+    assert out.returncode == 0, text
+    assert re.search(r"^SKIPPED .*needs_te_module\.py  needs GPU: needs transformer_engine, a "
+                     r"GPU-only package \(ModuleNotFoundError: No module named "
+                     r"'transformer_engine' at \S*needs_te_module\.py:6\)$", text, re.M), text
+    assert re.search(r"^SKIPPED .*::test_asks_for_transformer_engine  needs GPU: needs "
+                     r"transformer_engine, a GPU-only package \(ValueError: apply_rope_fusion is "
+                     r"not available\. Please install TE >= 1\.4\. at \S*asks_for_package\.py:"
+                     r"\d+\)$", text, re.M), text
+    assert re.search(r"^PASSED .*::test_plain$", text, re.M), text
+    assert "1 passed, 0 failed, 2 skipped (2 need a GPU), 0 hung" in text, text
