@@ -103,7 +103,8 @@ class NeedsGPU(SimharnessError, RuntimeError):
 
 
 #: Packages that exist only for NVIDIA GPUs (their wheels build CUDA kernels, or import
-#: them): a test or script that imports one and stops on its absence needs a GPU machine.
+#: them; ``pynvml`` binds the NVIDIA driver's management library, NVML): a test or script
+#: that imports one and stops on its absence needs a GPU machine.
 #: Top-level module names; Megatron's own fused kernels (``*_cuda``) and apex's ``amp_C``
 #: are the extension modules megatron-core imports by these names.
 GPU_ONLY_PACKAGES = frozenset({
@@ -112,14 +113,15 @@ GPU_ONLY_PACKAGES = frozenset({
     "flashinfer", "mamba_ssm", "causal_conv1d", "grouped_gemm", "nv_grouped_gemm", "cupy",
     "nvshmem", "fused_layer_norm_cuda", "fused_weight_gradient_mlp_cuda",
     "scaled_masked_softmax_cuda", "scaled_upper_triang_masked_softmax_cuda",
-    "scaled_softmax_cuda", "fast_hadamard_transform", "emerging_optimizers"})
+    "scaled_softmax_cuda", "fast_hadamard_transform", "emerging_optimizers", "pynvml"})
 
 
 #: How messages name the packages: the module names, and their project names.
 _PACKAGE_WORDS = tuple(sorted({(p, p) for p in GPU_ONLY_PACKAGES} | {
     ("Transformer Engine", "transformer_engine"), ("TransformerEngine", "transformer_engine"),
     ("transformer-engine", "transformer_engine"), ("flash-attn", "flash_attn"),
-    ("FlashAttention", "flash_attn"), ("DeepEP", "deep_ep"), ("mamba-ssm", "mamba_ssm")}))
+    ("FlashAttention", "flash_attn"), ("DeepEP", "deep_ep"), ("mamba-ssm", "mamba_ssm"),
+    ("nvidia-ml-py", "pynvml")}))
 
 
 class MissingGPUPackage(NeedsGPU):
@@ -161,6 +163,9 @@ def missing_gpu_package(exc: BaseException | None) -> MissingGPUPackage | None:
     'transformer_engine'
     >>> missing_gpu_package(ImportError("No module named 'numpyx'")) is None
     True
+    >>> missing_gpu_package(ModuleNotFoundError("nvidia-ml-py does not seem to be installed "
+    ...                                         "or it can't be imported.")).package
+    'pynvml'
     """
     seen: set[int] = set()
     while exc is not None and id(exc) not in seen:

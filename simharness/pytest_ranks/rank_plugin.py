@@ -148,9 +148,11 @@ class Watchdog(threading.Thread):
                 continue
             # the innermost frames: the test and what it waits in (pytest's own frames cut)
             stack = _user_stack(thread_stack(self.main_ident))
+            raising = _raising(self.main_ident, str(info.pop("test_file", "")))
             self.session.write(kind="hang", stack=stack,
                                elapsed=round(time.monotonic() - info.pop("armed", 0.0), 3),
-                               peak_rss_kib=_peak_rss_kib(), **info)
+                               peak_rss_kib=_peak_rss_kib(), **info,
+                               **({"raising": raising} if raising else {}))
             try:
                 end_descendants(wait_s=END_CHILDREN_S)
             finally:
@@ -338,7 +340,8 @@ class RankSession:
         if self.diverged or not self.barrier(f"t{i}", until_ended=True):
             yield from self._diverge(item, i)
             return
-        self.watchdog.arm(self.timeout, i=i, nodeid=item.nodeid, state="running")
+        self.watchdog.arm(self.timeout, i=i, nodeid=item.nodeid, state="running",
+                          test_file=str(item.path))
         before = _live_groups()
         start = time.monotonic()
         outcome = yield
@@ -525,6 +528,25 @@ def _digest(ids: list[str]) -> str:
     import hashlib
 
     return hashlib.sha256("\n".join(ids).encode()).hexdigest()[:16]
+
+
+def _raising(ident: int | None, test_file: str) -> str | None:
+    """The error thread ``ident`` is propagating or handling, when it came through a frame
+    of ``test_file`` (the test raised it, and is in a ``finally`` block, a context
+    manager's exit or an ``except`` of its own): its traceback as Python prints it, the
+    innermost frames; None otherwise. A rank stuck there is stuck in a failure's clean-up
+    (``finally: destroy_model_parallel()`` waiting for the others), which pytest has not
+    reported yet."""
+    # 3.11: an exc_info tuple per thread; 3.12 and later: the error itself
+    current = sys._current_exceptions().get(ident or 0)  # type: ignore[attr-defined]
+    exc = current[1] if isinstance(current, tuple) else current
+    if not isinstance(exc, BaseException) or not test_file:
+        return None
+    frames = traceback.extract_tb(exc.__traceback__)
+    if not any(os.path.abspath(f.filename) == os.path.abspath(test_file) for f in frames):
+        return None
+    lines = traceback.format_exception(type(exc), exc, exc.__traceback__, limit=-STACK_FRAMES)
+    return "".join(lines).rstrip()
 
 
 def _live_groups() -> set | None:

@@ -102,6 +102,13 @@ def verdict(nodeid: str, records: Mapping[int, Mapping], world: int,
     found = sorted(r for r, rec in records.items() if rec.get("group_mismatch"))
     if found:
         return _group_mismatch(nodeid, records, hangs, found, duration)
+    # a rank stopped while its test was raising (its finally block, or a context manager's
+    # exit, waited for the others): that error is its failure, not yet reported by pytest
+    records = {**{r: {"outcome": "failed", "raising": True,
+                      "longrepr": f"raised in the test, then stopped in the clean-up that "
+                                  f"followed:\n{h['raising']}"}
+                  for r, h in hangs.items() if h.get("raising") and r not in records},
+               **records}
     diverged = sorted(r for r, h in hangs.items() if h.get("state") == "diverged")
     if diverged:
         return _skip_diverged(nodeid, records, hangs, diverged, world, duration)
@@ -229,8 +236,9 @@ def _failed_leaving_others(nodeid: str, records: Mapping[int, Mapping],
                  f"started, waiting for them (a collective or barrier the failing ranks did "
                  f"not reach once they raised), and were stopped")
     if torn:
-        head += (f"; ranks {_span(torn)}, after failing, were stuck in its clean-up (a fixture "
-                 f"or teardown waiting for the others) and were stopped")
+        head += (f"; ranks {_span(torn)}, after failing, were stuck in its clean-up (a finally "
+                 f"block, a context manager's exit, a fixture or teardown waiting for the "
+                 f"others) and were stopped")
     stacks = [f"--- rank {r} stack ---\n{hangs[r].get('stack', '').rstrip()}" for r in stuck]
     return Verdict(nodeid, "failed", tuple(sorted(failing)), failing[0],
                    "\n".join([head, *_hints(detail, after_stop), detail, *stacks]).strip(),

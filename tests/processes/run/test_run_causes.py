@@ -155,7 +155,7 @@ def test_the_first_rank_to_fail_in_a_test_is_named_and_the_others_errors_after_i
     rank 0" with rank 0's FileNotFoundError, the cause nowhere. Then a failure that leaves
     the others in a barrier: once reported at the timeout."""
     out = simharness("run", "-n", "4", "--timeout", "90", "--diverge-grace", "2", "--",
-                     "pytest", "-q", "-p", "no:randomly", KNOCK_ON)
+                     "pytest", "-q", "-p", "no:randomly", "-k", "not finally_waits", KNOCK_ON)
     text = out.stdout
     assert out.returncode == 1, text + out.stderr
     assert re.search(r"^FAILED\s+[\d.]+s\s+\S+::test_one_rank_removes_what_the_others_read  "
@@ -185,3 +185,21 @@ def test_a_process_the_rank_spawns_sees_the_ranks_gpu():
     for rank in (0, 1):
         assert (f"[rank{rank}]:rank {rank}: child exit 0, saw (2, {rank}, 'NVIDIA H100 80GB "
                 f"HBM3', 3.0)") in out.stdout + out.stderr, out.stdout + out.stderr
+
+
+def test_a_rank_stuck_in_the_finally_of_its_own_failure_is_that_failure_not_a_hang():
+    """knock_on_failure.py's last test on 4 ranks with --timeout 15: rank 1 raises, and its
+    finally waits for a message; the others wait in a barrier. pytest never reports the
+    failure (the finally never ends); once HUNG with stuck ranks 0-3 and no cause."""
+    out = simharness("run", "-n", "4", "--timeout", "15", "--", "pytest", "-q", "-p",
+                     "no:randomly", "-k", "finally_waits", KNOCK_ON)
+    text = out.stdout
+    assert out.returncode == 1, text + out.stderr
+    assert re.search(r"^FAILED\s+[\d.]+s\s+\S+::test_one_rank_fails_and_its_finally_waits  "
+                     r"\(first failing rank 1; failing ranks 1\)$", text, re.M), text
+    assert re.search(r"failed on ranks 1; ranks 0,2-3 were still inside the test [\d.]+s after "
+                     r"it started, waiting for them .*; ranks 1, after failing, were stuck in its "
+                     r"clean-up", text), text
+    assert "raised in the test, then stopped in the clean-up that followed:" in text, text
+    assert "AssertionError: rank 1's own check fails" in text, text
+    assert "0 hung" in text, text

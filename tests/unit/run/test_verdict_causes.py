@@ -268,6 +268,22 @@ def test_a_failed_rank_stuck_in_its_clean_up_is_still_the_failure():
     assert v.detail.splitlines()[0] == (
         "failed on ranks 1; ranks 0 were still inside the test 6.0s after it started, waiting "
         "for them (a collective or barrier the failing ranks did not reach once they raised), "
-        "and were stopped; ranks 1, after failing, were stuck in its clean-up (a fixture or "
-        "teardown waiting for the others) and were stopped")
+        "and were stopped; ranks 1, after failing, were stuck in its clean-up (a finally "
+        "block, a context manager's exit, a fixture or teardown waiting for the others) and "
+        "were stopped")
     assert "--- rank 1 stack ---" in v.detail.splitlines()
+
+
+def test_a_rank_stopped_while_its_test_was_raising_is_that_failure():
+    """Rank 1's hang record carries the error its test was propagating (a finally block
+    waited for the others): the verdict is that error, not a hang; without it, a hang."""
+    hangs = {0: {"state": "running", "elapsed": 15.0, "stack": "barrier"},
+             1: {"state": "running", "elapsed": 15.0, "stack": "recv",
+                 "raising": "Traceback (most recent call last):\n  File t.py, line 9\n"
+                            "AssertionError: own check"}}
+    v = verdict("t::a", {}, 2, hangs=hangs)
+    assert (v.outcome, v.first_rank, v.ranks) == ("failed", 1, (1,))
+    assert "AssertionError: own check" in v.detail
+    assert "ranks 1, after failing, were stuck in its clean-up" in v.detail.splitlines()[0]
+    plain = {r: {k: x for k, x in h.items() if k != "raising"} for r, h in hangs.items()}
+    assert verdict("t::a", {}, 2, hangs=plain).outcome == "hung"
