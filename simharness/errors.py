@@ -205,22 +205,14 @@ def _asked_for(text: str) -> str | None:
     >>> _asked_for("TE is slow here"), _asked_for("please install numpy")
     (None, None)
     """
+    from .package_stand_ins import first_absent
+
     if not re.search(r"\binstall", text, re.I):
         return None
     for word, package in _ASKED_WORDS:
-        if re.search(rf"\b{re.escape(word)}\b", text) and _absent(package):
+        if re.search(rf"\b{re.escape(word)}\b", text) and first_absent([package]):
             return package
     return None
-
-
-def _absent(package: str) -> bool:
-    """Whether ``package`` cannot be imported in this interpreter."""
-    import importlib.util
-
-    try:
-        return importlib.util.find_spec(package) is None
-    except (ImportError, ValueError):
-        return True
 
 
 #: The last error line of pytest's report of a module that failed to import, and the

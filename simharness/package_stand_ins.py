@@ -83,7 +83,7 @@ def _missing_name(exc: NameError, packages: frozenset[str]) -> Stop | None:
         else:
             continue
         root = module.split(".")[0]
-        if name in names and root in packages and _absent([root]):
+        if name in names and root in packages and first_absent([root]):
             return (root, f"{path}:{lineno}",
                     f"NameError: name {name!r} is not defined; it is imported from {module} "
                     f"(line {node.lineno})")
@@ -128,13 +128,13 @@ def _none_binding(path: str, name: str, module_globals: dict, packages: frozense
             flag = _false_flag(node.test, module_globals)
             if flag is None:
                 continue
-            package = _absent(_packages_imported(node.body, packages)) or _flag_package(
+            package = first_absent(_packages_imported(node.body, packages)) or _flag_package(
                 tree, flag, packages)
             if package is not None:
                 return package, f"{path}:{at}", (f"when {flag} is false ({package} is not "
                                                  f"installed)")
         if isinstance(node, ast.Try):
-            package = _absent(_packages_imported(node.body, packages, only_binding=name))
+            package = first_absent(_packages_imported(node.body, packages, only_binding=name))
             if package is None:
                 continue
             for handler in node.handlers:
@@ -203,7 +203,7 @@ def _package_setting(tree: ast.Module, flag: str, packages: frozenset[str]) -> s
                 isinstance(s, ast.Assign) and _binds(s, flag)
                 and isinstance(s.value, ast.Constant) and s.value.value is True
                 for s in node.body):
-            package = _absent(_packages_imported(node.body, packages))
+            package = first_absent(_packages_imported(node.body, packages))
             if package is not None:
                 return package
     return None
@@ -286,7 +286,7 @@ def _mock_source(tree: ast.Module, name: str, module_globals: dict, packages: fr
 
     for node in ast.walk(tree):
         if isinstance(node, ast.Try):
-            package = _absent(_packages_imported(node.body, packages, only_binding=name))
+            package = first_absent(_packages_imported(node.body, packages, only_binding=name))
             if package is None:
                 continue
             for handler in node.handlers:
@@ -356,7 +356,7 @@ def _class_source(path: str, names: list[str],
     for node in ast.walk(tree):
         if not isinstance(node, ast.Try):
             continue
-        package = _absent(_packages_imported(node.body, packages))
+        package = first_absent(_packages_imported(node.body, packages))
         if package is None:
             continue
         for handler in node.handlers:
@@ -442,7 +442,7 @@ def _packages_imported(body: list[ast.stmt], packages: frozenset[str],
     return out
 
 
-def _absent(packages: list[str]) -> str | None:
+def first_absent(packages: list[str]) -> str | None:
     """The first of ``packages`` not installed here."""
     for package in packages:
         try:

@@ -139,10 +139,8 @@ class Watchdog(threading.Thread):
                 with self.cond:  # still the same test, still running in it?
                     fire = (self.deadline is not None and self.info.get("i") == info.get("i")
                             and self.info.get("state") == "running")
-                    if fire and behind == "skip":
+                    if fire and behind == "skip":  # after a peer failed it stays "running"
                         self.info["state"] = "diverged"
-                    elif fire:  # a peer failed: this rank is what the failure left waiting
-                        self.info["peer_failed"] = True
                     info = dict(self.info)
             if not fire:
                 continue

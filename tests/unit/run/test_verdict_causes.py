@@ -261,7 +261,7 @@ def test_a_failed_rank_stuck_in_its_clean_up_is_still_the_failure():
     its ``fail`` record (written when the failure was reported) stands for its test record,
     and it is named as stuck in its clean-up, not as one of the waiting ranks."""
     fail = {"kind": "fail", "outcome": "failed", "failed_at": 1.0, "longrepr": "E boom"}
-    hangs = {0: {"state": "running", "elapsed": 6.0, "stack": "barrier", "peer_failed": True},
+    hangs = {0: {"state": "running", "elapsed": 6.0, "stack": "barrier"},
              1: {"state": "failed", "elapsed": 60.0, "stack": "teardown barrier"}}
     v = verdict("t::a", {1: fail}, 2, hangs=hangs)
     assert (v.outcome, v.first_rank, v.ranks) == ("failed", 1, (1,))
