@@ -151,7 +151,7 @@ def test_a_rank_dependent_new_group_is_named_within_the_grace_not_hung():
 
 def test_the_first_rank_to_fail_in_a_test_is_named_and_the_others_errors_after_it():
     """knock_on_failure.py on 4 ranks: rank 2 fails its assertion and removes the folder the
-    others then read (FileNotFoundError, 0.5 s later). The verdict was once "first failing
+    others then read (FileNotFoundError, 2 s later). The verdict was once "first failing
     rank 0" with rank 0's FileNotFoundError, the cause nowhere. Then a failure that leaves
     the others in a barrier: once reported at the timeout."""
     out = simharness("run", "-n", "4", "--timeout", "90", "--diverge-grace", "2", "--",
