@@ -326,9 +326,7 @@ class RankSession:
             self.write(kind="collect_error", nodeid=report.nodeid,
                        longrepr=str(report.longrepr))
         elif report.skipped:  # a module skipped as it is imported (pytest.importorskip)
-            rep = report.longrepr
-            reason = rep[2] if isinstance(rep, tuple) and len(rep) == 3 else str(rep)
-            self.write(kind="collect_skip", nodeid=report.nodeid, reason=str(reason))
+            self.write(kind="collect_skip", nodeid=report.nodeid, reason=_reason(report))
 
     # -- one test -------------------------------------------------------------------------
     @pytest.hookimpl(hookwrapper=True)
@@ -507,7 +505,7 @@ class RankSession:
         end_descendants(wait_s=END_CHILDREN_S)
 
 
-def _reason(report: pytest.TestReport) -> str:
+def _reason(report: pytest.TestReport | pytest.CollectReport) -> str:
     """A skip report's reason (pytest keeps ``(path, line, reason)``)."""
     lr = report.longrepr
     return str(lr[2] if isinstance(lr, tuple) and len(lr) == 3 else lr)
