@@ -44,7 +44,7 @@ def test_rank_that_fails_is_named_within_the_timeout(fault, kind):
 
 
 def test_rank_that_never_arrives_times_out_naming_group_and_ranks():
-    timeout = 10.0
+    timeout = 6.0
     t0 = time.time()
     rep = replay(layout4(), ReplayOptions(timeout=timeout, overlap_bytes=0,
                                           fault="3:hang@verify"), deadline=DEADLINE)

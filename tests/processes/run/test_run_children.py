@@ -45,7 +45,7 @@ def test_processes_a_rank_started_do_not_outlive_the_run(tmp_path, select, code,
     env = dict(os.environ, LEFT_CHILDREN_DIR=marker)
     env["PYTHONPATH"] = str(ROOT) + os.pathsep + env.get("PYTHONPATH", "")
     t0 = time.monotonic()
-    out = subprocess.run([sys.executable, "cli.py", "run", "-n", "2", "--timeout", "15",
+    out = subprocess.run([sys.executable, "cli.py", "run", "-n", "2", "--timeout", "8",
                           "--", "pytest", "-q", "-p", "no:randomly", "-k", select, FIXTURE],
                          cwd=ROOT, env=env, capture_output=True, text=True, timeout=240)
     wall = time.monotonic() - t0
