@@ -11,9 +11,17 @@ with no polygons, NCCL's own tuner decides. This module holds those polygons as 
 does the lookup; :func:`.nccl_model.choose` applies it when the cluster file names the
 tuner (``[scale_out] tuner = "aws-ofi-nccl"``).
 
-Source, aws/aws-ofi-nccl at tag ``v1.16.3`` (the release the published p5 sweeps ran:
-crazyguitar/aws-gpu-communication-benchmark ``Dockerfile`` at commit 4fdb5a4,
-``AWS_OFI_NCCL_VERSION=v1.16.3`` with ``NCCL_VERSION=v2.27.7-1``):
+Source, aws/aws-ofi-nccl at tag ``v1.16.3``, the release the published p5 sweeps ran
+(crazyguitar/aws-gpu-communication-benchmark at commit 4fdb5a4). Its ``Dockerfile`` builds
+NCCL v2.27.7-1 and takes the plugin from the EFA installer 1.43.2, which ships libnccl-ofi
+1.16.3 (AWS's EFA release notes, 15 August 2025); its ``AWS_OFI_NCCL_VERSION`` argument is
+never used. The jobs' ``NCCL_TUNER_PLUGIN`` names a path that image does not have, so NCCL
+2.27 loads the tuner from the net plugin instead (``ncclTunerPluginLoad``,
+``src/plugin/tuner.cc``: ``ncclGetNetPluginLib`` when the named library cannot be opened),
+where v1.16.3 bundles it (``src/Makefile.am``: "By bundling the tuner in the net plugin, we
+cause the tuner to be used by default on NCCL 2.21 or later"). The regions are the same from
+v1.16.0 to v1.16.3; v1.17.0 changed the p5en and p6 tables, not p5's.
+
 
 - ``src/tuner/nccl_ofi_regions.cpp``: ``region_init_internal_p5_p5e`` (the p5 / p5e
   polygons: all-reduce with 8, 2 and 1 ranks per node; all-gather and reduce-scatter with
