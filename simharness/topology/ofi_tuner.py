@@ -20,8 +20,7 @@ never used. The jobs' ``NCCL_TUNER_PLUGIN`` names a path that image does not hav
 ``src/plugin/tuner.cc``: ``ncclGetNetPluginLib`` when the named library cannot be opened),
 where v1.16.3 bundles it (``src/Makefile.am``: "By bundling the tuner in the net plugin, we
 cause the tuner to be used by default on NCCL 2.21 or later"). The regions are the same from
-v1.16.0 to v1.16.3; v1.17.0 changed the p5en and p6 tables, not p5's.
-
+v1.16.0 to v1.16.3; v1.17.0 changed the p5en and p6 tables, not p5's. From that tag:
 
 - ``src/tuner/nccl_ofi_regions.cpp``: ``region_init_internal_p5_p5e`` (the p5 / p5e
   polygons: all-reduce with 8, 2 and 1 ranks per node; all-gather and reduce-scatter with
